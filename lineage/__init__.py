@@ -1,0 +1,2 @@
+"""DuckDB SQL (``lineage/sql/*.sql``) that reconstructs entry and adopted joint depth per
+episode from a trace's event table, beside an independent scalar replay."""
