@@ -12,6 +12,11 @@ Run metadata travels as the Parquet/Arrow schema metadata key ``hybridmem.meta``
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
 # (column, arrow type name, meaning). Order is the table's column order.
 EVENT_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("seq", "int64", "record sequence number; total order of events within the run"),
@@ -41,7 +46,7 @@ EVENT_COLUMNS: tuple[tuple[str, str, str], ...] = (
 META_KEY = b"hybridmem.meta"
 
 
-def arrow_schema():  # type: ignore[no-untyped-def]
+def arrow_schema() -> pa.Schema:
     """The event table schema as a ``pyarrow.Schema`` (imports pyarrow lazily)."""
     import pyarrow as pa
 
