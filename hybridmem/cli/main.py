@@ -19,6 +19,8 @@ COMMANDS: dict[str, str] = {
     "plan": "hybridmem.cli.plan",
     "storage": "hybridmem.cli.storage",
     "demo": "hybridmem.cli.demo",
+    "stats": "hybridmem.cli.stats",
+    "fidelity": "hybridmem.cli.fidelity",
 }
 
 USAGE_EXIT = 2

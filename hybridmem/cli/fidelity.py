@@ -1,0 +1,52 @@
+"""``hybridmem fidelity``: trace-ON vs trace-OFF throughput check (SPEC §6)."""
+
+from __future__ import annotations
+
+import argparse
+
+from hybridmem.cli.common import print_json
+from hybridmem.fidelity import BOUND, DEFAULT_METRIC, LEVEL, METRICS, FidelityResult, fidelity
+
+HELP = "does tracing change throughput? paired-t interval of 100 ln(ON/OFF) inside +-3"
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "fidelity", help=HELP,
+        description="Pairs trace-ON and trace-OFF run directories by the seed in their "
+        "summary.json and applies SPEC §6: the two-sided 90%% paired-t interval (df = n - 1) "
+        "of 100 ln(ON/OFF) throughput must lie inside [-3, +3]. Prints the interval and PASS "
+        "(exit 0) or FAIL (exit 1); unreadable or unpaired runs exit 2.")
+    p.add_argument("--on", nargs="+", required=True, metavar="DIR", help="trace-ON run directories")
+    p.add_argument("--off", nargs="+", required=True, metavar="DIR",
+                   help="trace-OFF run directories")
+    p.add_argument("--metric", default=DEFAULT_METRIC, choices=METRICS,
+                   help=f"summary.json throughput key (default {DEFAULT_METRIC}: request span)")
+    p.add_argument("--level", type=float, default=LEVEL,
+                   help=f"two-sided confidence level (default {LEVEL})")
+    p.add_argument("--bound", type=float, default=BOUND,
+                   help=f"allowed |100 ln(ON/OFF)| in log points (default {BOUND:g})")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=run)
+
+
+def format_result(r: FidelityResult) -> str:
+    iv = r.interval
+    lines = [f"trace fidelity over {iv.n} seed pairs ({r.metric}, tokens/s)"]
+    for p in r.pairs:
+        lines.append(f"  seed {p.seed}: ON {p.on:.3f}  OFF {p.off:.3f}  "
+                     f"100 ln(ON/OFF) = {p.effect:+.3f}")
+    lines.append(f"  mean {iv.mean:+.3f}; {100 * iv.level:g}% paired-t interval "
+                 f"[{iv.low:+.3f}, {iv.high:+.3f}] (df {iv.n - 1}), must lie in "
+                 f"[{-r.bound:g}, +{r.bound:g}]")
+    lines.append("PASS" if r.passed else "FAIL")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    result = fidelity(args.on, args.off, metric=args.metric, level=args.level, bound=args.bound)
+    if args.json:
+        print_json(result.as_dict())
+    else:
+        print(format_result(result))
+    return 0 if result.passed else 1

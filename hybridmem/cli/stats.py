@@ -1,0 +1,104 @@
+"""``hybridmem stats``: seed-paired contrasts and Holm adjustment (§4.1, App. B.5, G.4)."""
+
+from __future__ import annotations
+
+import argparse
+
+from hybridmem.cli.common import print_json
+from hybridmem.stats import (
+    PairedContrast,
+    StatsError,
+    arm,
+    check_level,
+    contrast,
+    holm,
+    load_long,
+)
+
+HELP = "seed-paired contrasts (log ratios, paired-t, sign-flip) and Holm adjustment"
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("stats", help=HELP, description=HELP + ".")
+    verbs = p.add_subparsers(dest="stats_command", metavar="VERB")
+    verbs.required = True
+
+    c = verbs.add_parser(
+        "contrast", help="paired contrast of two arms, or an interaction of two contrasts",
+        description="Per seed d = ln(NUM/DEN) (minus ln(MINUS_NUM/MINUS_DEN) for an "
+        "interaction). Prints n, the mean of seedwise relative effects (percent, or "
+        "percentage points for an interaction), 100(exp(mean d) - 1), its paired-t interval in "
+        "log space (df = n - 1) and the exact two-sided sign-flip p over all 2^n sign "
+        "assignments. Every arm must hold the same seeds.")
+    c.add_argument("file", metavar="FILE",
+                   help="long-format CSV or Parquet (.parquet/.pq) with columns seed,arm,value")
+    c.add_argument("--num", required=True, metavar="ARM", help="numerator arm")
+    c.add_argument("--den", required=True, metavar="ARM", help="denominator arm")
+    c.add_argument("--minus-num", metavar="ARM",
+                   help="numerator of the contrast subtracted in log space (interaction)")
+    c.add_argument("--minus-den", metavar="ARM",
+                   help="denominator of the contrast subtracted in log space (interaction)")
+    c.add_argument("--level", type=float, default=0.95,
+                   help="two-sided confidence level of the paired-t interval (default 0.95)")
+    c.add_argument("--json", action="store_true", help="print one JSON object")
+    c.set_defaults(func=run_contrast)
+
+    h = verbs.add_parser("holm", help="Holm step-down adjusted p-values of one family",
+                         description="Holm-adjusted p-values, in the order given.")
+    h.add_argument("pvalues", nargs="+", type=float, metavar="P", help="raw p-values in [0, 1]")
+    h.add_argument("--json", action="store_true", help="print one JSON object")
+    h.set_defaults(func=run_holm)
+
+
+def run(args: argparse.Namespace) -> int:
+    return int(args.func(args))
+
+
+def _name(args: argparse.Namespace) -> str:
+    base = f"{args.num} / {args.den}"
+    if args.minus_num is None:
+        return base
+    return f"({base}) / ({args.minus_num} / {args.minus_den})"
+
+
+def format_contrast(name: str, r: PairedContrast, interaction: bool) -> str:
+    unit = "pp" if interaction else "%"
+    pct = round(100 * r.level, 6)
+    return "\n".join([
+        f"contrast {name}: n = {r.n} paired seeds",
+        f"  mean of seedwise relative effects   {r.mean_relative_pct:+.4f} {unit}",
+        f"  effect 100(exp(mean d) - 1)         {r.effect_pct:+.4f} %",
+        f"  {pct:g}% paired-t interval (df {r.n - 1})   "
+        f"[{r.ci_pct[0]:+.4f}, {r.ci_pct[1]:+.4f}] %",
+        f"  exact sign-flip p (2^{r.n})           {r.sign_flip_p:.8g}",
+    ])
+
+
+def run_contrast(args: argparse.Namespace) -> int:
+    level = check_level(args.level)
+    if (args.minus_num is None) != (args.minus_den is None):
+        raise StatsError("--minus-num and --minus-den must be given together")
+    table = load_long(args.file)
+    interaction = args.minus_num is not None
+    result = contrast(
+        arm(table, args.num), arm(table, args.den),
+        minus_num=arm(table, args.minus_num) if interaction else None,
+        minus_den=arm(table, args.minus_den) if interaction else None,
+        level=level,
+    )
+    if args.json:
+        print_json({"contrast": _name(args), **result.as_dict()})
+    else:
+        print(format_contrast(_name(args), result, interaction))
+    return 0
+
+
+def run_holm(args: argparse.Namespace) -> int:
+    adjusted = holm(args.pvalues)
+    if args.json:
+        print_json({"p": list(args.pvalues), "holm_p": adjusted})
+    else:
+        print(f"Holm adjustment over a family of {len(adjusted)} test(s)")
+        for raw, adj in zip(args.pvalues, adjusted, strict=True):
+            print(f"  p = {raw:<12.8g} holm p = {adj:.8f}")
+    return 0
