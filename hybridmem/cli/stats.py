@@ -64,14 +64,15 @@ def _name(args: argparse.Namespace) -> str:
 def format_contrast(name: str, r: PairedContrast, interaction: bool) -> str:
     unit = "pp" if interaction else "%"
     pct = round(100 * r.level, 6)
-    return "\n".join([
-        f"contrast {name}: n = {r.n} paired seeds",
-        f"  mean of seedwise relative effects   {r.mean_relative_pct:+.4f} {unit}",
-        f"  effect 100(exp(mean d) - 1)         {r.effect_pct:+.4f} %",
-        f"  {pct:g}% paired-t interval (df {r.n - 1})   "
-        f"[{r.ci_pct[0]:+.4f}, {r.ci_pct[1]:+.4f}] %",
-        f"  exact sign-flip p (2^{r.n})           {r.sign_flip_p:.8g}",
-    ])
+    rows = [
+        ("mean of seedwise relative effects", f"{r.mean_relative_pct:+.4f} {unit}"),
+        ("effect 100(exp(mean d) - 1)", f"{r.effect_pct:+.4f} %"),
+        (f"{pct:g}% paired-t interval (df {r.n - 1})",
+         f"[{r.ci_pct[0]:+.4f}, {r.ci_pct[1]:+.4f}] %"),
+        (f"exact sign-flip p (2^{r.n} assignments)", f"{r.sign_flip_p:.8g}"),
+    ]
+    return "\n".join([f"contrast {name}: n = {r.n} paired seeds"]
+                     + [f"  {label:<38}{value}" for label, value in rows])
 
 
 def run_contrast(args: argparse.Namespace) -> int:

@@ -47,7 +47,7 @@ def _value(raw: Any, where: str) -> float:
 
 def _rows_csv(path: Path) -> tuple[list[str], list[dict[str, Any]]]:
     try:
-        with path.open(newline="") as fh:
+        with path.open(newline="", encoding="utf-8-sig") as fh:
             reader = csv.DictReader(fh)
             rows = list(reader)
             header = list(reader.fieldnames or [])

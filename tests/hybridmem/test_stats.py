@@ -363,3 +363,12 @@ class _nullcontext:
 
     def __exit__(self, *exc):
         return False
+
+
+def test_example_file_is_table_g5():
+    from pathlib import Path
+
+    import hybridmem.stats
+
+    example = Path(hybridmem.stats.__file__).parent / "examples" / "q9_ledger_g5.csv"
+    assert load_long(example) == arms()
