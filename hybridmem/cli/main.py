@@ -19,6 +19,7 @@ COMMANDS: dict[str, str] = {
     "plan": "hybridmem.cli.plan",
     "storage": "hybridmem.cli.storage",
     "demo": "hybridmem.cli.demo",
+    "trace": "hybridmem.cli.trace",
 }
 
 USAGE_EXIT = 2
