@@ -194,7 +194,8 @@ class TraceReader:
                 c.max_seq = max(c.max_seq, seq)
                 if event.kind is EventKind.END:
                     continue
-                if _UNRESOLVED in (event.request_id, event.requester):
+                if (event.request_id.startswith(LOST_STRING_PREFIX)
+                        or event.requester.startswith(LOST_STRING_PREFIX)):
                     c.unresolved_strings += 1
                 c.recovered_records += 1
                 yield rec
@@ -230,7 +231,9 @@ class TraceReader:
         w.pos = len(w.buf)
 
 
-_UNRESOLVED = "\x00<request id lost>"
+# A request id whose dictionary record was in a lost packet reads as this prefix plus its string
+# id, so two lost ids never merge into one request.
+LOST_STRING_PREFIX = "\x00<lost string #"
 
 
 def _parse_records(content: bytes, first_seq: int, count: int, strings: dict[int, str]
@@ -304,7 +307,9 @@ def _parse_records(content: bytes, first_seq: int, count: int, strings: dict[int
 def _string(sid: int, strings: dict[int, str], new_strings: dict[int, str]) -> str:
     text = new_strings.get(sid)
     if text is None:
-        text = strings.get(sid, _UNRESOLVED)
+        text = strings.get(sid)
+        if text is None:
+            return f"{LOST_STRING_PREFIX}{sid}>"
     return text
 
 
