@@ -165,3 +165,16 @@ def test_perfetto_timeline(tmp_path):
     begins = sum(e["ph"] == "B" for e in evs)
     assert begins == sum(e["ph"] == "E" for e in evs) and begins >= 3
     assert doc["otherData"]["verdict"]["accepted"] is True
+
+
+def test_format_md_documents_every_column_and_verdict_key():
+    from pathlib import Path
+
+    from tracer import VERDICT_KEYS
+    from tracer.schema import EVENT_COLUMNS
+
+    doc = (Path(__file__).resolve().parents[2] / "tracer" / "FORMAT.md").read_text()
+    for name, arrow_type, _ in EVENT_COLUMNS:
+        assert f"| `{name}` | {arrow_type} |" in doc, f"FORMAT.md lacks column {name}"
+    for key in VERDICT_KEYS:
+        assert f"| `{key}` |" in doc, f"FORMAT.md lacks verdict key {key}"
