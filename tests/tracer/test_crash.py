@@ -38,10 +38,11 @@ def assert_exact_prefix(path, seed):
     return len(got)
 
 
-@pytest.mark.parametrize("seed", [11, 12, 13])
-def test_sigkill_leaves_exact_prefix_and_no_end(tmp_path, seed):
+@pytest.mark.parametrize("seed, disk", [(11, "fast"), (12, "fast"), (13, "choppy"),
+                                        (14, "choppy")])
+def test_sigkill_leaves_exact_prefix_and_no_end(tmp_path, seed, disk):
     path = tmp_path / "t.hmtrace"
-    proc = spawn(path, "--seed", str(seed))
+    proc = spawn(path, "--seed", str(seed), *(["--choppy"] if disk == "choppy" else []))
     try:
         wait_ready(proc)
         time.sleep(random.Random(seed).uniform(0.0, 0.3))
