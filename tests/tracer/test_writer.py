@@ -1,5 +1,6 @@
 """Writer under pressure: full buffers (drop or block), a full disk, several threads."""
 
+import os
 import threading
 import time
 
@@ -7,7 +8,7 @@ import pytest
 
 from hybridmem.events import Event, EventKind, StateKind
 from tests.tracer.helpers import META, FailingFile, StallingFile
-from tracer import TraceWriter, read_events, verify
+from tracer import TraceError, TraceWriter, read_events, verify
 
 
 def pub(i: int, rid: str = "r") -> Event:
@@ -123,4 +124,36 @@ def test_fsync_policies_all_produce_accepted_traces(tmp_path, fsync):
     with TraceWriter(path, META, fsync=fsync, packet_records=4, handle_signals=False) as w:
         for i in range(20):
             w.on_event(pub(i))
+    assert verify(path).accepted
+
+
+def test_close_on_a_stalled_disk_times_out_then_completes(tmp_path):
+    f = StallingFile()
+    w = TraceWriter(f, META, packet_records=4, handle_signals=False)
+    for i in range(10):
+        w.on_event(pub(i))
+    with pytest.raises(TraceError, match="END not written"):
+        w.close(timeout_s=0.2)
+    assert not w.stats().closed
+    f.release.set()
+    assert w.close(timeout_s=10).closed  # the disk came back: END is written now
+    assert verify(dump(f, tmp_path)).accepted
+
+
+def test_forked_child_never_writes_into_the_parents_trace(tmp_path):
+    path = tmp_path / "t.hmtrace"
+    w = TraceWriter(path, META, handle_signals=False)
+    w.on_event(pub(0))
+    pid = os.fork()
+    if pid == 0:  # child: its events are refused and its close() leaves the file alone
+        try:
+            w.on_event(pub(1))
+            w.close()
+        finally:
+            os._exit(0 if w.stats().dropped_after_close == 1 else 3)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    w.on_event(pub(2))
+    w.close()
+    assert [e.step for _, _, e in read_events(path)][:-1] == [0, 2]
     assert verify(path).accepted
