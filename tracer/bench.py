@@ -9,6 +9,10 @@ loop overhead included (``ns_loop_overhead`` gives it separately):
 * ``ns_per_event_enabled_with_close``: on_event loop plus ``close()`` (drain, END, fsync);
 * ``ns_per_event_disabled``: ``NULL_WRITER.on_event(event)``;
 * ``ns_per_event_disabled_guard``: ``if writer.enabled: ...`` at the call site.
+
+On a shared machine wall time includes time the OS gave to other processes, so the ``cpu_``
+figures add CPU time: of the emitting thread (``time.thread_time_ns``) and of the whole process
+(emitting thread + flusher, ``time.process_time_ns``) over the enabled on_event loop + close().
 """
 
 from __future__ import annotations
@@ -74,8 +78,11 @@ def run_bench(n: int, path: str | None = None, repeats: int = 3,
                 w.on_event(e)
         return _clock() - t0
 
+    cpu: list[tuple[int, int]] = []
+
     def loop_enabled(target: str, fast: bool) -> tuple[int, int]:
         w = TraceWriter(target, BENCH_META, handle_signals=False)
+        c0, p0 = time.thread_time_ns(), time.process_time_ns()
         t0 = _clock()
         if fast:
             rec = w.record
@@ -86,7 +93,10 @@ def run_bench(n: int, path: str | None = None, repeats: int = 3,
             for e in events:
                 on(e)
         t1 = _clock()
+        c1 = time.thread_time_ns()
         w.close()
+        if not fast:
+            cpu.append((c1 - c0, time.process_time_ns() - p0))
         return t1 - t0, _clock() - t0
 
     say("timing disabled paths")
@@ -111,6 +121,8 @@ def run_bench(n: int, path: str | None = None, repeats: int = 3,
         "ns_per_event_enabled_with_close": round(min(t for _, t in enabled) / n, 1),
         "ns_per_event_disabled_guard": round(guard / n, 1),
         "ns_loop_overhead": round(empty / n, 1),
+        "cpu_ns_per_event_enabled_thread": round(min(c for c, _ in cpu) / n, 1),
+        "cpu_ns_per_event_enabled_process": round(min(p for _, p in cpu) / n, 1),
         "repeats": repeats,
         "accepted": verdict.accepted,
         "bytes": size,

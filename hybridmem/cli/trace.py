@@ -119,6 +119,9 @@ def run_bench(args: argparse.Namespace) -> int:
         print(f"enabled  on_event      {r['ns_per_event_enabled']:8.1f} ns/event")
         print(f"enabled  record()      {r['ns_per_event_enabled_record']:8.1f} ns/event")
         print(f"enabled  incl. close   {r['ns_per_event_enabled_with_close']:8.1f} ns/event")
+        print(f"enabled  CPU, emitting thread {r['cpu_ns_per_event_enabled_thread']:8.1f} "
+              f"ns/event; whole process incl. flusher and close "
+              f"{r['cpu_ns_per_event_enabled_process']:.1f}")
         print(f"disabled NULL_WRITER   {r['ns_per_event_disabled']:8.1f} ns/event")
         print(f"disabled enabled-guard {r['ns_per_event_disabled_guard']:8.1f} ns/event")
         print(f"(loop overhead {r['ns_loop_overhead']:.1f} ns/event included above; fastest "
