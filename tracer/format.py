@@ -16,7 +16,7 @@ the CRC field plus the content, so a damaged record can never be read as a good 
 
 Records inside a packet start with a one-byte tag:
 
-* ``TAG_EVENT``  fixed ``EVENT`` layout, then ``n_chain + n_recurrent`` uint64 hashes;
+* ``TAG_EVENT``  (0) fixed ``EVENT`` layout, then ``n_chain + n_recurrent`` uint64 hashes;
 * ``TAG_STRING`` dictionary record: ``(id, length)`` then UTF-8 bytes; string id 0 is ``""``;
 * ``TAG_END``    the END record (final sequence number, records written, dropped, write errors).
 
@@ -45,7 +45,7 @@ PACKET = struct.Struct("<4sQQIIQQI")
 PACKET_CRC_OFFSET = PACKET.size - 4
 MAX_PACKET_CONTENT = 64 << 20  # the reader refuses larger content lengths as a damaged header
 
-TAG_EVENT = 1
+TAG_EVENT = 0
 TAG_STRING = 2
 TAG_END = 3
 
@@ -53,13 +53,17 @@ TAG_END = 3
 # requester (string id), preemption_count, hash, depth, page, line, need, free,
 # n_chain, n_recurrent_chain.
 EVENT = struct.Struct("<BBBBB3xQqqIIiQqqqqqII")
+# The same layout for the writer's fast path: tag (0) and empty chain counts are pad bytes, which
+# struct writes as zeros, so the hot call passes 18 values instead of 21.
+EVENT_NO_CHAIN = struct.Struct("<xBBBB3xQqqIIiQqqqqq8x")
 # tag, (7 pad), seq, ts_ns, records written (event records before END), dropped, write errors.
 END = struct.Struct("<B7xQqQQQ")
 # tag, (3 pad), string id, byte length.
 STRING = struct.Struct("<B3xII")
 HASH = struct.Struct("<Q")
 
-assert EVENT.size == 100, "EVENT layout changed: this indicates FORMAT.md is out of date"
+assert EVENT.size == EVENT_NO_CHAIN.size == 100, "EVENT layout changed: FORMAT.md is out of date"
+assert TAG_EVENT == 0, "EVENT_NO_CHAIN writes the tag as a zero pad byte"
 assert END.size == 48, "END layout changed: this indicates FORMAT.md is out of date"
 assert PACKET.size == 48, "PACKET layout changed: this indicates FORMAT.md is out of date"
 

@@ -49,6 +49,7 @@ RUN_META_KEYS = ("organization", "geometry", "budget", "seed", "engine",
 CLOCK_SOURCE = "CLOCK_MONOTONIC via time.monotonic_ns(), ns"
 
 _mono = time.monotonic_ns
+_END = EventKind.END
 
 
 class WriterStats(NamedTuple):
@@ -199,6 +200,7 @@ class TraceWriter:
 
         self._pid = os.getpid()
         self._pack = fmt.EVENT.pack_into
+        self._pack_fast = fmt.EVENT_NO_CHAIN.pack_into
         self._acquire = self._lock.acquire
         self._release = self._lock.release
         self._flusher = threading.Thread(target=self._flush_loop, name="hybridmem-trace-flush",
@@ -217,6 +219,7 @@ class TraceWriter:
         Same fast path as :meth:`record`, inlined: attribute loads replace argument passing.
         """
         e = event
+        kind = e.kind
         ids = self._ids
         self._acquire()  # explicit acquire/release: ~2x cheaper than ``with`` on CPython 3.11
         try:
@@ -224,18 +227,18 @@ class TraceWriter:
             qid = ids.get(e.requester)
             off = self._off
             if (rid is None or qid is None or e.chain or e.recurrent_chain or off > self._limit
-                    or e.kind is EventKind.END):
-                self._record_slow(e.kind, e.step, e.request_id, e.preemption_count, e.hash,
+                    or kind is _END):
+                self._record_slow(kind, e.step, e.request_id, e.preemption_count, e.hash,
                                   e.depth, e.state_kind, e.page, e.line, e.cause, e.requester,
                                   e.need, e.free, e.outcome, e.chain, e.recurrent_chain)
                 return
             seq = self._seq
             try:
-                self._pack(self._buf, off, 1, e.kind, e.state_kind, e.cause, e.outcome, seq,
-                           _mono(), e.step, rid, qid, e.preemption_count, e.hash, e.depth,
-                           e.page, e.line, e.need, e.free, 0, 0)
+                self._pack_fast(self._buf, off, kind, e.state_kind, e.cause, e.outcome, seq,
+                                _mono(), e.step, rid, qid, e.preemption_count, e.hash, e.depth,
+                                e.page, e.line, e.need, e.free)
             except struct.error as exc:
-                raise ValueError(_bad_fields(exc, e.kind, e.step, e.preemption_count, e.hash,
+                raise ValueError(_bad_fields(exc, kind, e.step, e.preemption_count, e.hash,
                                              e.depth, e.page, e.line, e.need, e.free)) from None
             self._off = off + 100
             self._seq = seq + 1
@@ -262,9 +265,9 @@ class TraceWriter:
                 return
             seq = self._seq
             try:
-                self._pack(self._buf, off, 1, kind, state_kind, cause, outcome, seq, _mono(),
-                           step, rid, qid, preemption_count, hash, depth, page, line, need,
-                           free, 0, 0)
+                self._pack_fast(self._buf, off, kind, state_kind, cause, outcome, seq, _mono(),
+                                step, rid, qid, preemption_count, hash, depth, page, line, need,
+                                free)
             except struct.error as exc:
                 raise ValueError(_bad_fields(exc, kind, step, preemption_count, hash, depth,
                                              page, line, need, free)) from None
@@ -317,9 +320,9 @@ class TraceWriter:
         ev_off = off + strings_size
         seq = self._seq
         try:
-            self._pack(buf, ev_off, 1, kind, state_kind, cause, outcome, seq, _mono(), step,
-                       rid, qid, preemption_count, hash, depth, page, line, need, free, n_chain,
-                       n_rchain)
+            self._pack(buf, ev_off, fmt.TAG_EVENT, kind, state_kind, cause, outcome, seq, _mono(),
+                       step, rid, qid, preemption_count, hash, depth, page, line, need, free,
+                       n_chain, n_rchain)
         except struct.error as exc:
             raise ValueError(_bad_fields(exc, kind, step, preemption_count, hash, depth, page,
                                          line, need, free, chain, recurrent_chain)) from None
