@@ -516,6 +516,7 @@ def _bad_fields(exc: struct.error, kind: int, step: int, preemption_count: int, 
 # ---------------------------------------------------------------------- process shutdown
 _LIVE: weakref.WeakSet[TraceWriter] = weakref.WeakSet()
 _HOOKS_INSTALLED = False
+_SIGTERM_INSTALLED = False
 _PREV_SIGTERM: Any = None
 
 
@@ -550,14 +551,15 @@ def _on_sigterm(signum: int, frame: Any) -> None:
 
 
 def _register(writer: TraceWriter, handle_signals: bool) -> None:
-    global _HOOKS_INSTALLED, _PREV_SIGTERM
+    global _HOOKS_INSTALLED, _SIGTERM_INSTALLED, _PREV_SIGTERM
     _LIVE.add(writer)
-    if _HOOKS_INSTALLED:
-        return
-    _HOOKS_INSTALLED = True
-    atexit.register(_close_all)
-    if handle_signals and threading.current_thread() is threading.main_thread():
+    if not _HOOKS_INSTALLED:
+        _HOOKS_INSTALLED = True
+        atexit.register(_close_all)
+    if (handle_signals and not _SIGTERM_INSTALLED
+            and threading.current_thread() is threading.main_thread()):
+        _SIGTERM_INSTALLED = True
         prev = signal.getsignal(signal.SIGTERM)
-        if prev is not signal.SIG_IGN and prev is not _on_sigterm:
+        if prev is not signal.SIG_IGN:
             _PREV_SIGTERM = prev
             signal.signal(signal.SIGTERM, _on_sigterm)
