@@ -141,7 +141,10 @@ class TraceReader:
             raise TraceError(f"cannot read trace {self.path!r}: {exc.strerror}") from None
         with f:
             f.seek(self.header_len)
-            yield from self._scan(_Window(f, self.header_len))
+            try:
+                yield from self._scan(_Window(f, self.header_len))
+            except OSError as exc:
+                raise TraceError(f"cannot read trace {self.path!r}: {exc.strerror}") from None
         self._done = True
 
     def _scan(self, w: _Window) -> Iterator[TraceEvent]:
