@@ -6,6 +6,9 @@ loop overhead included (``ns_loop_overhead`` gives it separately):
 
 * ``ns_per_event_enabled``: ``writer.on_event(event)`` with the background flusher running;
 * ``ns_per_event_enabled_record``: the fast path ``writer.record(kind, step, ...)``;
+* ``ns_per_event_enabled_same_event``: on_event with one publication event repeated (its fields
+  stay in cache, as for an event built just before it is emitted; the main figure walks 200k
+  distinct prebuilt events, which adds cache misses);
 * ``ns_per_event_enabled_with_close``: on_event loop plus ``close()`` (drain, END, fsync);
 * ``ns_per_event_disabled``: ``NULL_WRITER.on_event(event)``;
 * ``ns_per_event_disabled_guard``: ``if writer.enabled: ...`` at the call site.
@@ -80,14 +83,19 @@ def run_bench(n: int, path: str | None = None, repeats: int = 3,
 
     cpu: list[tuple[int, int]] = []
 
-    def loop_enabled(target: str, fast: bool) -> tuple[int, int]:
+    def loop_enabled(target: str, fast: bool, same: bool = False) -> tuple[int, int]:
         w = TraceWriter(target, BENCH_META, handle_signals=False)
+        one = next(e for e in events if not e.chain)
         c0, p0 = time.thread_time_ns(), time.process_time_ns()
         t0 = _clock()
         if fast:
             rec = w.record
             for a in args:
                 rec(*a)
+        elif same:
+            on = w.on_event
+            for _e in events:
+                on(one)
         else:
             on = w.on_event
             for e in events:
@@ -95,7 +103,7 @@ def run_bench(n: int, path: str | None = None, repeats: int = 3,
         t1 = _clock()
         c1 = time.thread_time_ns()
         w.close()
-        if not fast:
+        if not fast and not same:
             cpu.append((c1 - c0, time.process_time_ns() - p0))
         return t1 - t0, _clock() - t0
 
@@ -108,6 +116,8 @@ def run_bench(n: int, path: str | None = None, repeats: int = 3,
     enabled.append(loop_enabled(out, fast=False))  # the kept trace is a full run too
     say("timing enabled record()")
     fast = [loop_enabled(scratch, fast=True) for _ in range(repeats)]
+    say("timing enabled on_event, one event repeated")
+    same = [loop_enabled(scratch, fast=False, same=True) for _ in range(repeats)]
     os.unlink(scratch)
     say("verifying the written trace")
     verdict = verify(out)
@@ -118,6 +128,7 @@ def run_bench(n: int, path: str | None = None, repeats: int = 3,
         "events": n,
         "path": out,
         "ns_per_event_enabled_record": round(min(t for t, _ in fast) / n, 1),
+        "ns_per_event_enabled_same_event": round(min(t for t, _ in same) / n, 1),
         "ns_per_event_enabled_with_close": round(min(t for _, t in enabled) / n, 1),
         "ns_per_event_disabled_guard": round(guard / n, 1),
         "ns_loop_overhead": round(empty / n, 1),

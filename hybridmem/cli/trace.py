@@ -118,6 +118,7 @@ def run_bench(args: argparse.Namespace) -> int:
               f"{'accepted' if r['accepted'] else 'NOT accepted'})")
         print(f"enabled  on_event      {r['ns_per_event_enabled']:8.1f} ns/event")
         print(f"enabled  record()      {r['ns_per_event_enabled_record']:8.1f} ns/event")
+        print(f"enabled  same event    {r['ns_per_event_enabled_same_event']:8.1f} ns/event")
         print(f"enabled  incl. close   {r['ns_per_event_enabled_with_close']:8.1f} ns/event")
         print(f"enabled  CPU, emitting thread {r['cpu_ns_per_event_enabled_thread']:8.1f} "
               f"ns/event; whole process incl. flusher and close "

@@ -178,3 +178,11 @@ def test_format_md_documents_every_column_and_verdict_key():
         assert f"| `{name}` | {arrow_type} |" in doc, f"FORMAT.md lacks column {name}"
     for key in VERDICT_KEYS:
         assert f"| `{key}` |" in doc, f"FORMAT.md lacks verdict key {key}"
+
+
+def test_writers_implement_the_observer_protocol(tmp_path):
+    from hybridmem.events import Observer
+
+    w = TraceWriter(tmp_path / "t", META, handle_signals=False)
+    assert isinstance(w, Observer) and isinstance(NULL_WRITER, Observer)
+    w.close()
