@@ -21,6 +21,7 @@ COMMANDS: dict[str, str] = {
     "demo": "hybridmem.cli.demo",
     "stats": "hybridmem.cli.stats",
     "fidelity": "hybridmem.cli.fidelity",
+    "trace": "hybridmem.cli.trace",
 }
 
 USAGE_EXIT = 2

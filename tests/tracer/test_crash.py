@@ -1,0 +1,82 @@
+"""A writer process killed with SIGKILL leaves an exact prefix and no END; SIGTERM and a plain
+exit without close() still write END (atexit)."""
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from hybridmem.events import EventKind
+from tracer import read_events, verify
+from tracer.synthetic import synthetic_events
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def spawn(path, *args):
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.Popen([sys.executable, "-m", "tests.tracer.child_writer", str(path),
+                             *args], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def wait_ready(proc):
+    line = proc.stdout.readline()
+    assert line.strip() == "ready", f"child failed: {line!r} {proc.stderr.read()}"
+
+
+def assert_exact_prefix(path, seed):
+    got = [r for r in read_events(path) if r[2].kind is not EventKind.END]
+    want = list(synthetic_events(len(got), seed=seed))
+    assert [s for s, _, _ in got] == list(range(len(got))), "recovered seqs are 0..k-1"
+    assert [e for _, _, e in got] == want, "recovered records are exactly the first k emitted"
+    return len(got)
+
+
+@pytest.mark.parametrize("seed, disk", [(11, "fast"), (12, "fast"), (13, "choppy"),
+                                        (14, "choppy")])
+def test_sigkill_leaves_exact_prefix_and_no_end(tmp_path, seed, disk):
+    path = tmp_path / "t.hmtrace"
+    proc = spawn(path, "--seed", str(seed), *(["--choppy"] if disk == "choppy" else []))
+    try:
+        wait_ready(proc)
+        time.sleep(random.Random(seed).uniform(0.0, 0.3))
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait(10)
+    assert proc.returncode == -signal.SIGKILL
+    k = assert_exact_prefix(path, seed)
+    v = verify(path)
+    assert k > 0 and (v.accepted, v.end_present) == (False, False)
+    assert v.reason.startswith("not accepted: END missing"), v.reason
+    assert v.recovered_records == k and v.gaps == 0 and v.checksum_errors == 0
+
+
+def test_sigterm_writes_end(tmp_path):
+    path = tmp_path / "t.hmtrace"
+    proc = spawn(path, "--seed", "5", "--pace", "0.001")
+    try:
+        wait_ready(proc)
+        time.sleep(0.1)
+        proc.send_signal(signal.SIGTERM)
+    finally:
+        proc.wait(10)
+    assert proc.returncode == 128 + signal.SIGTERM, proc.stderr.read()
+    k = assert_exact_prefix(path, 5)
+    v = verify(path)
+    assert v.accepted and v.records == k, v.reason
+
+
+def test_exit_without_close_writes_end_at_exit(tmp_path):
+    path = tmp_path / "t.hmtrace"
+    proc = spawn(path, "--seed", "6", "--count", "5000", "--no-close")
+    proc.wait(30)
+    assert proc.returncode == 0, proc.stderr.read()
+    v = verify(path)
+    assert v.accepted and v.records == 5000
+    assert_exact_prefix(path, 6)

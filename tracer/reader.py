@@ -1,0 +1,321 @@
+"""Streaming trace reader (``tracer/FORMAT.md``).
+
+The reader never trusts a byte it has not checked: a packet is used only if its magic, length and
+CRC32 are right and every record inside parses. Damage is skipped by scanning forward for the next
+packet magic whose packet checks out (like a CTF reader resynchronising on packet headers); what
+was skipped is counted, never silently ignored::
+
+    [hdr][pkt 0][pkt 1][##damaged##][pkt 3][pkt 4][torn pkt 5..EOF
+                        ^ checksum_errors += 1     ^ END missing, torn tail reported
+                        pkt 3 starts at seq > expected -> gaps += 1
+
+Records already yielded are never retracted, so ``events()`` is exact for every intact packet and
+the verdict (``verdict()``, after the iterator is exhausted) says whether the whole run is there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+from collections.abc import Iterator
+from typing import IO, Any
+
+from hybridmem.events import Cause, Event, EventKind, Outcome, StateKind
+from tracer import format as fmt
+from tracer.errors import TraceError
+from tracer.verdict import ScanCounters, Verdict, judge
+
+CHUNK = 1 << 20
+
+TraceEvent = tuple[int, int, Event]  # (seq, ts_ns, event)
+
+
+class _Malformed(Exception):
+    """A packet whose CRC passed but whose records do not parse (a writer bug or forgery)."""
+
+
+class _Window:
+    """A sliding read window over a file: ``buf[pos:]`` holds unread bytes."""
+
+    def __init__(self, f: IO[bytes], start: int) -> None:
+        self.f = f
+        self.buf = bytearray()
+        self.pos = 0
+        self.base = start  # file offset of buf[0]
+        self.eof = False
+
+    def ensure(self, n: int) -> bool:
+        """True when at least ``n`` unread bytes are in the window."""
+        while len(self.buf) - self.pos < n and not self.eof:
+            if self.pos > CHUNK:
+                del self.buf[:self.pos]
+                self.base += self.pos
+                self.pos = 0
+            data = self.f.read(max(CHUNK, n))
+            if not data:
+                self.eof = True
+            else:
+                self.buf += data
+        return len(self.buf) - self.pos >= n
+
+    def available(self) -> int:
+        return len(self.buf) - self.pos
+
+    def offset(self) -> int:
+        return self.base + self.pos
+
+    def find_magic(self) -> bool:
+        """Advance to the next packet magic after ``pos``; False (window emptied) at EOF."""
+        start = self.pos + 1
+        while True:
+            i = self.buf.find(fmt.PACKET_MAGIC, start)
+            if i >= 0:
+                self.pos = i
+                return True
+            if self.eof:
+                self.pos = len(self.buf)
+                return False
+            self.pos = max(self.pos, len(self.buf) - len(fmt.PACKET_MAGIC) + 1)
+            self.ensure(self.available() + CHUNK)  # may compact: indices move with pos
+            start = self.pos
+
+
+def read_header(f: IO[bytes], name: str) -> tuple[dict[str, Any], int]:
+    """Parse the file header; returns (metadata, header length). Raises :class:`TraceError`."""
+    fixed = f.read(fmt.HEADER.size)
+    if len(fixed) < fmt.HEADER.size:
+        raise TraceError(f"{name}: truncated header ({len(fixed)} of {fmt.HEADER.size} B)")
+    magic, version, _flags, meta_len = fmt.HEADER.unpack(fixed)
+    if magic != fmt.MAGIC:
+        raise TraceError(f"{name}: not a hybridmem trace (magic {magic!r}, expected "
+                         f"{fmt.MAGIC!r})")
+    if version != fmt.VERSION:
+        raise TraceError(f"{name}: trace format version {version}, this reader reads "
+                         f"{fmt.VERSION}")
+    if meta_len > fmt.MAX_META_BYTES:
+        raise TraceError(f"{name}: damaged header (metadata length {meta_len:,} B over "
+                         f"{fmt.MAX_META_BYTES:,} B)")
+    rest = f.read(meta_len + fmt.HEADER_CRC.size)
+    if len(rest) < meta_len + fmt.HEADER_CRC.size:
+        raise TraceError(f"{name}: truncated header ({fmt.HEADER.size + len(rest)} of "
+                         f"{fmt.HEADER.size + meta_len + fmt.HEADER_CRC.size} B)")
+    meta_bytes = rest[:meta_len]
+    (crc,) = fmt.HEADER_CRC.unpack(rest[meta_len:])
+    if crc != fmt.crc32(fixed, meta_bytes):
+        raise TraceError(f"{name}: damaged header (checksum mismatch)")
+    try:
+        meta = json.loads(meta_bytes)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise TraceError(f"{name}: damaged header (metadata is not JSON: {exc})") from None
+    if not isinstance(meta, dict):
+        raise TraceError(f"{name}: damaged header (metadata is {type(meta).__name__}, not an "
+                         "object)")
+    return meta, fmt.HEADER.size + meta_len + fmt.HEADER_CRC.size
+
+
+class TraceReader:
+    """One pass over a trace. ``meta`` is available at once; ``events()`` streams; after it is
+    exhausted ``verdict()`` judges the run and ``counters`` holds the raw tallies."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = os.fspath(path)
+        try:
+            with open(self.path, "rb") as f:
+                self.meta, self.header_len = read_header(f, self.path)
+        except OSError as exc:
+            raise TraceError(f"cannot read trace {self.path!r}: {exc.strerror}") from None
+        self.counters = ScanCounters()
+        self.end_ts_ns: int | None = None
+        self._done = False
+
+    def verdict(self) -> Verdict | None:
+        """The verdict once ``events()`` has been read to the end, else None."""
+        return judge(self.counters) if self._done else None
+
+    def events(self) -> Iterator[TraceEvent]:
+        """(seq, ts_ns, Event) for every record in an intact packet, END last when present."""
+        try:
+            f = open(self.path, "rb")
+        except OSError as exc:
+            raise TraceError(f"cannot read trace {self.path!r}: {exc.strerror}") from None
+        with f:
+            f.seek(self.header_len)
+            try:
+                yield from self._scan(_Window(f, self.header_len))
+            except OSError as exc:
+                raise TraceError(f"cannot read trace {self.path!r}: {exc.strerror}") from None
+        self._done = True
+
+    def _scan(self, w: _Window) -> Iterator[TraceEvent]:
+        c = self.counters
+        strings: dict[int, str] = {0: ""}
+        next_pkt, next_seq = 0, 0
+        damaged = False  # inside a damaged region (count it once)
+        while True:
+            if not w.ensure(fmt.PACKET.size):
+                if w.available():
+                    self._damage_at_eof(w, damaged)
+                return
+            head = fmt.PACKET.unpack_from(w.buf, w.pos)
+            magic, pkt_seq, first_seq, length, count, discarded, write_errors, crc = head
+            if magic != fmt.PACKET_MAGIC or length > fmt.MAX_PACKET_CONTENT:
+                damaged = self._resync(w, damaged)
+                continue
+            if not w.ensure(fmt.PACKET.size + length):
+                if damaged or self._packet_follows(w):
+                    damaged = self._resync(w, damaged)  # a damaged length, not a torn tail
+                    continue
+                self._damage_at_eof(w, damaged)
+                return
+            start = w.pos
+            content = bytes(w.buf[start + fmt.PACKET.size:start + fmt.PACKET.size + length])
+            if crc != fmt.crc32(w.buf[start:start + fmt.PACKET_CRC_OFFSET], content):
+                damaged = self._resync(w, damaged)
+                continue
+            try:
+                records, end = _parse_records(content, first_seq, count, strings)
+            except _Malformed:
+                c.malformed_packets += 1
+                w.pos = start + fmt.PACKET.size + length
+                damaged = False
+                continue
+            w.pos = start + fmt.PACKET.size + length
+            damaged = False
+            if pkt_seq < next_pkt or first_seq < next_seq:
+                c.gaps += 1
+                c.duplicate_packets += 1
+                continue  # an old or repeated packet: its records were yielded already
+            if pkt_seq > next_pkt or first_seq > next_seq:
+                c.gaps += 1
+                c.missing_records += first_seq - next_seq
+            next_pkt, next_seq = pkt_seq + 1, first_seq + count
+            c.packet_dropped = max(c.packet_dropped, discarded)
+            c.packet_write_errors = max(c.packet_write_errors, write_errors)
+            for rec in records:
+                seq, ts, event = rec
+                c.max_seq = max(c.max_seq, seq)
+                if event.kind is EventKind.END:
+                    continue
+                if (event.request_id.startswith(LOST_STRING_PREFIX)
+                        or event.requester.startswith(LOST_STRING_PREFIX)):
+                    c.unresolved_strings += 1
+                c.recovered_records += 1
+                yield rec
+            if end is not None:
+                end_seq, end_ts, end_records, end_dropped, end_errors = end
+                c.end_present = True
+                c.end_records, c.end_dropped, c.end_write_errors = (end_records, end_dropped,
+                                                                    end_errors)
+                self.end_ts_ns = end_ts
+                yield end_seq, end_ts, Event(EventKind.END)
+                w.ensure(1)
+                while w.available():
+                    c.bytes_after_end += w.available()
+                    w.pos = len(w.buf)
+                    w.ensure(1)
+                return
+
+    def _resync(self, w: _Window, damaged: bool) -> bool:
+        if not damaged:
+            self.counters.checksum_errors += 1
+        w.find_magic()
+        return True
+
+    def _packet_follows(self, w: _Window) -> bool:
+        """Is there another packet magic after this (too long) packet header? Then its length
+        field is damaged, the file goes on, and this is not a torn tail."""
+        return w.buf.find(fmt.PACKET_MAGIC, w.pos + 1) >= 0
+
+    def _damage_at_eof(self, w: _Window, damaged: bool) -> None:
+        if damaged:
+            return  # already counted as one damaged region reaching to EOF
+        self.counters.torn_tail_bytes = w.available()
+        w.pos = len(w.buf)
+
+
+# A request id whose dictionary record was in a lost packet reads as this prefix plus its string
+# id, so two lost ids never merge into one request.
+LOST_STRING_PREFIX = "\x00<lost string #"
+
+
+def _parse_records(content: bytes, first_seq: int, count: int, strings: dict[int, str]
+                   ) -> tuple[list[TraceEvent], tuple[int, int, int, int, int] | None]:
+    """Every record of one packet, checked; string records update ``strings`` only when the
+    whole packet parses."""
+    out: list[TraceEvent] = []
+    new_strings: dict[int, str] = {}
+    end = None
+    off, n, expect = 0, len(content), first_seq
+    ev_size, str_size, end_size = fmt.EVENT.size, fmt.STRING.size, fmt.END.size
+    while off < n:
+        if end is not None:
+            raise _Malformed("records after END")
+        tag = content[off]
+        if tag == fmt.TAG_EVENT:
+            if off + ev_size > n:
+                raise _Malformed("event record overruns packet")
+            (_, kind, sk, cause, outcome, seq, ts, step, rid, qid, pc, h, depth, page, line,
+             need, free, n_chain, n_rchain) = fmt.EVENT.unpack_from(content, off)
+            off += ev_size
+            n_hashes = n_chain + n_rchain
+            if seq != expect or off + 8 * n_hashes > n:
+                raise _Malformed("event seq or chain length wrong")
+            hashes = struct.unpack_from(f"<{n_hashes}Q", content, off)
+            off += 8 * n_hashes
+            try:
+                kind_e = EventKind(kind)
+                if kind_e is EventKind.END:
+                    raise _Malformed("END kind in an event record")
+                event = Event(kind_e, step, _string(rid, strings, new_strings), pc, h, depth,
+                              StateKind(sk), page, line, Cause(cause),
+                              _string(qid, strings, new_strings), need, free, Outcome(outcome),
+                              tuple(hashes[:n_chain]), tuple(hashes[n_chain:]))
+            except ValueError as exc:
+                raise _Malformed(str(exc)) from None
+            out.append((seq, ts, event))
+            expect += 1
+        elif tag == fmt.TAG_STRING:
+            if off + str_size > n:
+                raise _Malformed("string record overruns packet")
+            _, sid, length = fmt.STRING.unpack_from(content, off)
+            off += str_size
+            if off + length > n or sid == 0:
+                raise _Malformed("bad string record")
+            try:
+                text = content[off:off + length].decode()
+            except UnicodeDecodeError as exc:
+                raise _Malformed(str(exc)) from None
+            if strings.get(sid, text) != text or new_strings.get(sid, text) != text:
+                raise _Malformed(f"string id {sid} redefined")
+            new_strings[sid] = text
+            off += length
+        elif tag == fmt.TAG_END:
+            if off + end_size > n:
+                raise _Malformed("END record overruns packet")
+            _, seq, ts, records, dropped, errors = fmt.END.unpack_from(content, off)
+            off += end_size
+            if seq != expect:
+                raise _Malformed("END seq wrong")
+            end = (seq, ts, records, dropped, errors)
+            expect += 1
+        else:
+            raise _Malformed(f"unknown record tag {tag}")
+    if expect - first_seq != count:
+        raise _Malformed("record count disagrees with packet header")
+    strings.update(new_strings)
+    return out, end
+
+
+def _string(sid: int, strings: dict[int, str], new_strings: dict[int, str]) -> str:
+    text = new_strings.get(sid)
+    if text is None:
+        text = strings.get(sid)
+        if text is None:
+            return f"{LOST_STRING_PREFIX}{sid}>"
+    return text
+
+
+def read_events(path: str | os.PathLike[str]) -> Iterator[TraceEvent]:
+    """Stream (seq, ts_ns, Event) from every intact packet (END included when present)."""
+    yield from TraceReader(path).events()
