@@ -188,7 +188,10 @@ def test_bad_lines_raise_with_numbers():
 
 
 def test_vllm_cross_check():
-    """Our kernel against vLLM's causal_conv1d_update on the state gathered contiguously."""
+    """Our kernel against vLLM's causal_conv1d_update on the state gathered contiguously.
+
+    vLLM's cache gets a pad line first and indices 1..batch (valid for both -1 and 0 padding).
+    """
     conv_mod = pytest.importorskip(
         "vllm.model_executor.layers.mamba.ops.causal_conv1d",
         reason="vllm is not installed here; this cross-check runs where it is",
@@ -197,12 +200,16 @@ def test_vllm_cross_check():
     batch = 8
     world = Slabs(batch, torch.bfloat16, gen)
     x, w, bias = make_inputs(batch, torch.bfloat16, gen)
-    # vLLM wants conv_state [cache_lines, dim, state_len] contiguous along dim
-    state = torch.empty(batch, D_CONV - 1, CONV_DIM, dtype=torch.bfloat16, device=DEVICE)
-    state = state.transpose(1, 2)
-    state.copy_(world.state.view(batch, CONV_DIM, D_CONV - 1))
-    out_vllm = conv_mod.causal_conv1d_update(x.clone(), state, w, bias, activation="silu")
+    # vLLM wants conv_state [cache_lines, dim, state_len], contiguous along dim
+    cache = torch.zeros(batch + 1, D_CONV - 1, CONV_DIM, dtype=torch.bfloat16, device=DEVICE)
+    cache = cache.transpose(1, 2)
+    cache[1:] = world.state.view(batch, CONV_DIM, D_CONV - 1)
+    idx = torch.arange(1, batch + 1, dtype=torch.int32, device=DEVICE)
+    out_vllm = conv_mod.causal_conv1d_update(x.clone(), cache, w, bias, activation="silu",
+                                             conv_state_indices=idx)
     out_tri = conv_slot_update(world.lines_pool, world.src, None, x, w, bias)
+    # vLLM multiplies in bf16 before accumulating in fp32: allow two bf16 ulps
     assert_close("output tri vs vLLM", out_tri, out_vllm, 2e-2, 2e-2)
     assert_equal("state tri vs vLLM", world.lines_pool[world.src.long(), :STATE_ELEMS],
-                 state.reshape(batch, -1))
+                 cache[1:].reshape(batch, -1))
+    assert bool((cache[0] == 0).all()), "vLLM wrote its pad line"
