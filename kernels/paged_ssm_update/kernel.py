@@ -70,6 +70,7 @@ def _paged_ssm_update_kernel(
     HAS_D: tl.constexpr,
     HAS_Z: tl.constexpr,
     ROW_IN_PAGE: tl.constexpr,
+    TIE_HDIM: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
@@ -110,23 +111,35 @@ def _paged_ssm_update_kernel(
 
     x = tl.load(x_ptr + pid_b * s_x_b + pid_h * s_x_h + offs_m * s_x_m, mask=mask_m, other=0.0)
     x = x.to(tl.float32)
-    dt = tl.load(dt_ptr + pid_b * s_dt_b + pid_h * s_dt_h + offs_m * s_dt_m, mask=mask_m,
-                 other=0.0).to(tl.float32)
-    if HAS_DT_BIAS:
-        dt += tl.load(dt_bias_ptr + pid_h * s_dtb_h + offs_m * s_dtb_m, mask=mask_m,
-                      other=0.0).to(tl.float32)
-    if DT_SOFTPLUS:
-        dt = _softplus(dt)
-    A = tl.load(A_ptr + pid_h * s_A_h + offs_m[:, None] * s_A_m + offs_n[None, :] * s_A_n,
-                mask=mask, other=0.0).to(tl.float32)
-    dA = tl.exp(A * dt[:, None])
     g = pid_h // heads_per_group
     B = tl.load(B_ptr + pid_b * s_B_b + g * s_B_g + offs_n * s_B_n, mask=offs_n < dstate,
                 other=0.0).to(tl.float32)
     C = tl.load(C_ptr + pid_b * s_C_b + g * s_C_g + offs_n * s_C_n, mask=offs_n < dstate,
                 other=0.0).to(tl.float32)
-    dB = B[None, :] * dt[:, None]
-    state = state * dA + dB * x[:, None]
+    if TIE_HDIM:
+        # Mamba2: dt, dt_bias and A are one number per head; same values as the general
+        # path (dA is exp of the same product), with one load instead of a tile of loads
+        dt_h = tl.load(dt_ptr + pid_b * s_dt_b + pid_h * s_dt_h).to(tl.float32)
+        if HAS_DT_BIAS:
+            dt_h += tl.load(dt_bias_ptr + pid_h * s_dtb_h).to(tl.float32)
+        if DT_SOFTPLUS:
+            dt_h = _softplus(dt_h)
+        dA = tl.exp(tl.load(A_ptr + pid_h * s_A_h).to(tl.float32) * dt_h)
+        dB = B * dt_h
+        state = state * dA + dB[None, :] * x[:, None]
+    else:
+        dt = tl.load(dt_ptr + pid_b * s_dt_b + pid_h * s_dt_h + offs_m * s_dt_m, mask=mask_m,
+                     other=0.0).to(tl.float32)
+        if HAS_DT_BIAS:
+            dt += tl.load(dt_bias_ptr + pid_h * s_dtb_h + offs_m * s_dtb_m, mask=mask_m,
+                          other=0.0).to(tl.float32)
+        if DT_SOFTPLUS:
+            dt = _softplus(dt)
+        A = tl.load(A_ptr + pid_h * s_A_h + offs_m[:, None] * s_A_m + offs_n[None, :] * s_A_n,
+                    mask=mask, other=0.0).to(tl.float32)
+        dA = tl.exp(A * dt[:, None])
+        dB = B[None, :] * dt[:, None]
+        state = state * dA + dB * x[:, None]
     tl.store(pool_ptr + dst_addr, cast_rtne(state, pool_ptr.dtype.element_ty), mask=mask)
 
     out = tl.sum(state * C[None, :], axis=1)
@@ -150,6 +163,12 @@ def _block_m(d_state: int) -> int:
     if d_state <= 64:
         return 8
     return 4
+
+
+def _tied(p: SsmParams) -> bool:
+    """dt, dt_bias and A constant over head_dim and d_state (stride-0 views of per-head values)."""
+    return (p.A.stride(1) == 0 and p.A.stride(2) == 0 and p.dt.stride(2) == 0
+            and (p.dt_bias is None or p.dt_bias.stride(1) == 0))
 
 
 def _s(t: torch.Tensor | None, n: int) -> tuple[int, ...]:
@@ -230,6 +249,7 @@ def paged_selective_state_update(
         HAS_D=p.D is not None,
         HAS_Z=p.z is not None,
         ROW_IN_PAGE=(epp % n == 0),
+        TIE_HDIM=_tied(p),
         BLOCK_M=block_m,
         BLOCK_N=triton.next_power_of_2(n),
     )
