@@ -1,0 +1,95 @@
+-- _episode_depths: A_max, R_max and J of each episode with a waiting entry, at each cut.
+--   attention prefix n  = number of leading valid attention blocks; it covers n*ga tokens
+--   A_max = deepest recurrent boundary of the chain with boundary <= n*ga
+--   R_max = deepest valid recurrent checkpoint, regardless of attention
+--   J     = deepest valid recurrent checkpoint with boundary <= n*ga   (J at entry = J_enter)
+-- Values are 0 when nothing qualifies, NULL when the cut does not exist (no window / no step).
+CREATE OR REPLACE VIEW _episode_depths AS
+WITH att AS (
+    SELECT
+        request_id,
+        preemption_count,
+        coalesce(min(pos) FILTER (WHERE NOT valid_entry), count(*)) AS n_entry,
+        coalesce(min(pos) FILTER (WHERE NOT valid_exact), count(*)) AS n_exact,
+        coalesce(min(pos) FILTER (WHERE NOT valid_m0), count(*)) AS n_m0,
+        coalesce(min(pos) FILTER (WHERE NOT valid_m1), count(*)) AS n_m1
+    FROM _chain_validity
+    WHERE state_kind = 'attention'
+    GROUP BY request_id, preemption_count
+),
+ep AS (
+    SELECT
+        e.request_id,
+        e.preemption_count,
+        CASE WHEN e.entry_seq < a.adopt_seq THEN true ELSE false END AS has_exact,
+        coalesce(e.entry_seq < a.adopt_seq AND a.adopt_step >= 0, false) AS has_step,
+        coalesce(att.n_entry, 0) * p.attention_grid_tokens AS attn_entry,
+        coalesce(att.n_exact, 0) * p.attention_grid_tokens AS attn_exact,
+        coalesce(att.n_m0, 0) * p.attention_grid_tokens AS attn_m0,
+        coalesce(att.n_m1, 0) * p.attention_grid_tokens AS attn_m1
+    FROM _entries AS e
+    CROSS JOIN _params AS p
+    LEFT JOIN _adoptions AS a
+        ON a.request_id = e.request_id AND a.preemption_count = e.preemption_count
+    LEFT JOIN att
+        ON att.request_id = e.request_id AND att.preemption_count = e.preemption_count
+),
+rec AS (
+    SELECT
+        ep.request_id,
+        ep.preemption_count,
+        any_value(ep.has_exact) AS has_exact,
+        any_value(ep.has_step) AS has_step,
+        any_value(ep.attn_entry) AS attn_entry,
+        max(r.end_tokens) FILTER (WHERE r.end_tokens <= ep.attn_entry) AS a_entry,
+        max(r.end_tokens) FILTER (WHERE r.valid_entry) AS r_entry,
+        max(r.end_tokens) FILTER (WHERE r.valid_entry AND r.end_tokens <= ep.attn_entry) AS j_entry,
+        max(r.end_tokens) FILTER (WHERE r.end_tokens <= ep.attn_exact) AS a_exact,
+        max(r.end_tokens) FILTER (WHERE r.valid_exact) AS r_exact,
+        max(r.end_tokens) FILTER (WHERE r.valid_exact AND r.end_tokens <= ep.attn_exact) AS j_exact,
+        max(r.end_tokens) FILTER (WHERE r.end_tokens <= ep.attn_m0) AS a_m0,
+        max(r.end_tokens) FILTER (WHERE r.valid_m0) AS r_m0,
+        max(r.end_tokens) FILTER (WHERE r.valid_m0 AND r.end_tokens <= ep.attn_m0) AS j_m0,
+        max(r.end_tokens) FILTER (WHERE r.end_tokens <= ep.attn_m1) AS a_m1,
+        max(r.end_tokens) FILTER (WHERE r.valid_m1) AS r_m1,
+        max(r.end_tokens) FILTER (WHERE r.valid_m1 AND r.end_tokens <= ep.attn_m1) AS j_m1
+    FROM ep
+    LEFT JOIN _chain_validity AS r
+        ON r.request_id = ep.request_id AND r.preemption_count = ep.preemption_count
+       AND r.state_kind = 'recurrent'
+    GROUP BY ep.request_id, ep.preemption_count
+)
+SELECT
+    request_id,
+    preemption_count,
+    attn_entry AS attention_prefix_entry,
+    coalesce(a_entry, 0) AS a_max_entry,
+    coalesce(r_entry, 0) AS r_max_entry,
+    coalesce(j_entry, 0) AS j_enter,
+    CASE WHEN has_exact THEN coalesce(a_exact, 0) END AS a_max_exact,
+    CASE WHEN has_exact THEN coalesce(r_exact, 0) END AS r_max_exact,
+    CASE WHEN has_exact THEN coalesce(j_exact, 0) END AS j_lookup_exact,
+    CASE WHEN has_step THEN coalesce(a_m0, 0) END AS a_max_m0,
+    CASE WHEN has_step THEN coalesce(r_m0, 0) END AS r_max_m0,
+    CASE WHEN has_step THEN coalesce(j_m0, 0) END AS j_lookup_m0,
+    CASE WHEN has_step THEN coalesce(a_m1, 0) END AS a_max_m1,
+    CASE WHEN has_step THEN coalesce(r_m1, 0) END AS r_max_m1,
+    CASE WHEN has_step THEN coalesce(j_m1, 0) END AS j_lookup_m1
+FROM rec;
+
+COMMENT ON VIEW _episode_depths IS 'A_max, R_max and J of each entered episode at the entry, exact, M0 and M1 cuts';
+COMMENT ON COLUMN _episode_depths.request_id IS 'request id';
+COMMENT ON COLUMN _episode_depths.preemption_count IS 'episode key';
+COMMENT ON COLUMN _episode_depths.attention_prefix_entry IS 'tokens covered by the contiguous valid attention prefix at entry';
+COMMENT ON COLUMN _episode_depths.a_max_entry IS 'tokens: A_max at waiting entry';
+COMMENT ON COLUMN _episode_depths.r_max_entry IS 'tokens: R_max at waiting entry';
+COMMENT ON COLUMN _episode_depths.j_enter IS 'tokens: J_enter, joint depth at the waiting-entry cut';
+COMMENT ON COLUMN _episode_depths.a_max_exact IS 'tokens: A_max at the adoption cut by seq';
+COMMENT ON COLUMN _episode_depths.r_max_exact IS 'tokens: R_max at the adoption cut by seq';
+COMMENT ON COLUMN _episode_depths.j_lookup_exact IS 'tokens: J at the adoption cut by seq';
+COMMENT ON COLUMN _episode_depths.a_max_m0 IS 'tokens: A_max, supply published before the lookup step';
+COMMENT ON COLUMN _episode_depths.r_max_m0 IS 'tokens: R_max, supply published before the lookup step';
+COMMENT ON COLUMN _episode_depths.j_lookup_m0 IS 'tokens: J, supply published before the lookup step';
+COMMENT ON COLUMN _episode_depths.a_max_m1 IS 'tokens: A_max, also counting supply published within the lookup step';
+COMMENT ON COLUMN _episode_depths.r_max_m1 IS 'tokens: R_max, also counting supply published within the lookup step';
+COMMENT ON COLUMN _episode_depths.j_lookup_m1 IS 'tokens: J, also counting supply published within the lookup step';
