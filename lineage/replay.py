@@ -194,7 +194,8 @@ class _Walker:
             return  # adopted before it entered: no window to watch
         ep.waiting = True
         ep.changes = []
-        for pos, h in enumerate(chain):
+        reach = len(rchain) * (self.gr // self.ga)  # blocks beyond it never move J
+        for pos, h in enumerate(chain[:reach]):
             self.watch.setdefault(("attention", h), {}).setdefault((rid, pc), []).append(
                 ("attention", pos))
         for pos, h in enumerate(rchain):
@@ -211,7 +212,7 @@ class _Walker:
         if ep.waiting:
             ep.exact = self._current(ep)
             ep.waiting = False
-            for h in ep.chain:
+            for h in ep.chain[: len(ep.recurrent_chain) * (self.gr // self.ga)]:
                 self.watch.get(("attention", h), {}).pop((rid, pc), None)
             for h in ep.recurrent_chain:
                 self.watch.get(("recurrent", h), {}).pop((rid, pc), None)

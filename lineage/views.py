@@ -69,24 +69,52 @@ def public_views() -> tuple[str, ...]:
     return tuple(n for n in creation_order() if not n.startswith("_"))
 
 
-def create_views(con: duckdb.DuckDBPyConnection, meta: RunMeta) -> None:
-    """Bind the grids into ``_params`` and create every view (the table ``events`` must exist)."""
+# Views that several later views read: computed once into tables by ``connect(materialize=)``.
+# DuckDB inlines views, so without this every reader recomputes the ASOF joins below it.
+HEAVY = ("_adoptions", "_entries", "_flips", "_step_supply", "_chain_validity", "_boundaries",
+         "_boundary_transitions", "depth_changes", "episode_lineage")
+
+_IDENT = re.compile(r"^[a-z_][a-z0-9_]*$")
+
+
+def create_views(con: duckdb.DuckDBPyConnection, meta: RunMeta,
+                 materialize: tuple[str, ...] = ()) -> None:
+    """Bind the grids into ``_params`` and create every view (the table ``events`` must exist).
+
+    Names in ``materialize`` become tables holding the view's rows, swapped in under the same
+    name once computed; the views after them then read the table. Their column comments are
+    kept (``COMMENT ON COLUMN`` applies to tables too); the view comment is dropped.
+    """
     for name in creation_order():
         stmts = con.extract_statements(load_sql(name))
         for i, st in enumerate(stmts):
             if name == PARAMS and i == 0:
                 con.execute(st.query, [meta.attention_grid_tokens, meta.recurrent_grid_tokens])
+            elif name in materialize and i > 0:
+                continue  # comments are applied after the swap below
             else:
                 con.execute(st.query)
+        if name in materialize:
+            # identifiers cannot be bound; these come from our own file names, checked here
+            assert _IDENT.match(name), f"SQL file name {name!r} is not a plain identifier"
+            tmp = f"{name}__rows"
+            con.execute(f"CREATE TABLE {tmp} AS SELECT * FROM {name}")
+            con.execute(f"DROP VIEW {name}")
+            con.execute(f"ALTER TABLE {tmp} RENAME TO {name}")
+            for st in stmts[1:]:
+                if not st.query.lstrip().upper().startswith("COMMENT ON VIEW"):
+                    con.execute(st.query)
 
 
 def connect(table: pa.Table, meta: RunMeta | None = None, *, source: str = "table",
-            copy: bool = True, threads: int | None = None) -> duckdb.DuckDBPyConnection:
+            copy: bool = True, materialize: bool = False,
+            threads: int | None = None) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB connection with ``events`` and every lineage view.
 
     ``copy`` loads the Arrow table into a DuckDB table once (the views scan it many times);
-    ``copy=False`` registers it as a zero-copy Arrow scan instead. ``meta`` defaults to the
-    table's own ``hybridmem.meta``.
+    ``copy=False`` registers it as a zero-copy Arrow scan instead. ``materialize`` computes the
+    :data:`HEAVY` views once into tables (for reports that read several views); leave it off
+    for ad-hoc queries of one view. ``meta`` defaults to the table's own ``hybridmem.meta``.
     """
     check_columns(table, source)
     meta = meta if meta is not None else table_meta(table, source)
@@ -102,7 +130,7 @@ def connect(table: pa.Table, meta: RunMeta | None = None, *, source: str = "tabl
         con.unregister("_events_arrow")
     else:
         con.execute(f"CREATE VIEW {EVENTS} AS SELECT * FROM _events_arrow")
-    create_views(con, meta)
+    create_views(con, meta, HEAVY if materialize else ())
     return con
 
 

@@ -10,18 +10,16 @@
 CREATE OR REPLACE VIEW _boundaries AS
 WITH att AS (
     SELECT
-        request_id,
-        preemption_count,
+        ep,
         pos,
-        sum(CASE WHEN valid_entry THEN 0 ELSE 1 END)
-            OVER (PARTITION BY request_id, preemption_count ORDER BY pos) AS invalid_through
+        sum(CASE WHEN valid_entry THEN 0 ELSE 1 END) OVER (PARTITION BY ep ORDER BY pos)
+            AS invalid_through
     FROM _chain_validity
-    WHERE state_kind = 'attention' AND adopt_seq IS NOT NULL
+    WHERE NOT is_rec AND has_window
 ),
 rec AS (
     SELECT
-        r.request_id,
-        r.preemption_count,
+        r.ep,
         r.pos AS rpos,
         r.end_tokens,
         r.valid_entry,
@@ -29,13 +27,11 @@ rec AS (
         len(e.chain) AS attention_keys
     FROM _chain_validity AS r
     CROSS JOIN _params AS p
-    JOIN _entries AS e
-        ON e.request_id = r.request_id AND e.preemption_count = r.preemption_count
-    WHERE r.state_kind = 'recurrent' AND r.adopt_seq IS NOT NULL
+    JOIN _entries AS e ON e.ep = r.ep
+    WHERE r.is_rec AND r.has_window
 )
 SELECT
-    rec.request_id,
-    rec.preemption_count,
+    rec.ep,
     rec.rpos,
     rec.end_tokens,
     rec.blocks_needed,
@@ -44,12 +40,10 @@ SELECT
         + CASE WHEN rec.valid_entry THEN 0 ELSE 1 END AS missing_at_entry
 FROM rec
 LEFT JOIN att
-    ON att.request_id = rec.request_id AND att.preemption_count = rec.preemption_count
-   AND att.pos = least(rec.blocks_needed, rec.attention_keys) - 1;
+    ON att.ep = rec.ep AND att.pos = least(rec.blocks_needed, rec.attention_keys) - 1;
 
 COMMENT ON VIEW _boundaries IS 'recurrent boundaries of windowed episodes and what each lacks at entry';
-COMMENT ON COLUMN _boundaries.request_id IS 'request id';
-COMMENT ON COLUMN _boundaries.preemption_count IS 'episode key';
+COMMENT ON COLUMN _boundaries.ep IS 'episode id';
 COMMENT ON COLUMN _boundaries.rpos IS '0-based position in the recurrent chain';
 COMMENT ON COLUMN _boundaries.end_tokens IS 'tokens: the boundary b';
 COMMENT ON COLUMN _boundaries.blocks_needed IS 'attention blocks covering [0, b): b / ga';

@@ -5,50 +5,43 @@
 CREATE OR REPLACE VIEW _boundary_transitions AS
 WITH deltas AS (
     SELECT
-        b.request_id,
-        b.preemption_count,
+        b.ep,
         b.rpos,
         w.seq,
         sum(CASE WHEN w.is_pub THEN -1 ELSE 1 END) AS delta
     FROM _window_flips AS w
     JOIN _boundaries AS b
-        ON b.request_id = w.request_id AND b.preemption_count = w.preemption_count
-       AND ((w.state_kind = 'attention' AND w.pos < b.blocks_needed)
-            OR (w.state_kind = 'recurrent' AND w.pos = b.rpos))
-    GROUP BY b.request_id, b.preemption_count, b.rpos, w.seq
+        ON b.ep = w.ep
+       AND ((NOT w.is_rec AND w.pos < b.blocks_needed) OR (w.is_rec AND w.pos = b.rpos))
+    GROUP BY b.ep, b.rpos, w.seq
 ),
 running AS (
     SELECT
-        d.request_id,
-        d.preemption_count,
+        d.ep,
         d.rpos,
         b.end_tokens,
         d.seq,
         b.missing_at_entry,
         b.missing_at_entry + sum(d.delta) OVER (
-            PARTITION BY d.request_id, d.preemption_count, d.rpos ORDER BY d.seq
+            PARTITION BY d.ep, d.rpos ORDER BY d.seq
             ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS missing_after
     FROM deltas AS d
-    JOIN _boundaries AS b
-        ON b.request_id = d.request_id AND b.preemption_count = d.preemption_count
-       AND b.rpos = d.rpos
+    JOIN _boundaries AS b ON b.ep = d.ep AND b.rpos = d.rpos
 ),
 flagged AS (
     SELECT
         *,
         missing_after = 0 AS valid_after,
-        coalesce(lag(missing_after = 0) OVER (
-            PARTITION BY request_id, preemption_count, rpos ORDER BY seq),
-            missing_at_entry = 0) AS valid_before
+        coalesce(lag(missing_after = 0) OVER (PARTITION BY ep, rpos ORDER BY seq),
+                 missing_at_entry = 0) AS valid_before
     FROM running
 )
-SELECT request_id, preemption_count, rpos, end_tokens, seq, missing_after, valid_after
+SELECT ep, rpos, end_tokens, seq, missing_after, valid_after
 FROM flagged
 WHERE valid_after <> valid_before;
 
 COMMENT ON VIEW _boundary_transitions IS 'in-window changes of joint reusability of each recurrent boundary';
-COMMENT ON COLUMN _boundary_transitions.request_id IS 'request id';
-COMMENT ON COLUMN _boundary_transitions.preemption_count IS 'episode key';
+COMMENT ON COLUMN _boundary_transitions.ep IS 'episode id';
 COMMENT ON COLUMN _boundary_transitions.rpos IS '0-based recurrent chain position';
 COMMENT ON COLUMN _boundary_transitions.end_tokens IS 'tokens: the boundary';
 COMMENT ON COLUMN _boundary_transitions.seq IS 'seq of the event that changed it';

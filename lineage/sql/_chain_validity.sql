@@ -6,15 +6,13 @@
 -- The flip counts before the entry and adoption cuts delimit the changes inside the window.
 CREATE OR REPLACE VIEW _chain_validity AS
 SELECT
-    c.request_id,
-    c.preemption_count,
-    c.entry_seq,
-    c.adopt_seq,
-    c.adopt_step,
-    c.state_kind,
+    c.ep,
+    c.is_rec,
     c.pos,
     c.hash,
     c.end_tokens,
+    c.in_reach,
+    c.adopt_seq IS NOT NULL AS has_window,
     coalesce(fe.is_pub, false) AS valid_entry,
     coalesce(fe.flip_no, 0) AS flips_before_entry,
     CASE WHEN c.adopt_seq IS NOT NULL THEN coalesce(fa.is_pub, false) END AS valid_exact,
@@ -25,24 +23,22 @@ SELECT
     END AS valid_m1
 FROM _chain AS c
 ASOF LEFT JOIN _flips AS fe
-    ON fe.state_kind = c.state_kind AND fe.hash = c.hash AND c.entry_seq > fe.seq
+    ON fe.is_rec = c.is_rec AND fe.hash = c.hash AND c.entry_seq > fe.seq
 ASOF LEFT JOIN _flips AS fa
-    ON fa.state_kind = c.state_kind AND fa.hash = c.hash AND c.adopt_seq > fa.seq
+    ON fa.is_rec = c.is_rec AND fa.hash = c.hash AND c.adopt_seq > fa.seq
 ASOF LEFT JOIN _step_supply AS s0
-    ON s0.state_kind = c.state_kind AND s0.hash = c.hash AND c.adopt_step > s0.step
+    ON s0.is_rec = c.is_rec AND s0.hash = c.hash AND c.adopt_step > s0.step
 LEFT JOIN _step_supply AS s1
-    ON s1.state_kind = c.state_kind AND s1.hash = c.hash AND s1.step = c.adopt_step;
+    ON s1.is_rec = c.is_rec AND s1.hash = c.hash AND s1.step = c.adopt_step;
 
 COMMENT ON VIEW _chain_validity IS 'validity of each episode chain entry at the entry, exact, M0 and M1 cuts';
-COMMENT ON COLUMN _chain_validity.request_id IS 'request id';
-COMMENT ON COLUMN _chain_validity.preemption_count IS 'episode key';
-COMMENT ON COLUMN _chain_validity.entry_seq IS 'J_enter cut';
-COMMENT ON COLUMN _chain_validity.adopt_seq IS 'exact lookup cut (NULL: no window)';
-COMMENT ON COLUMN _chain_validity.adopt_step IS 'M0/M1 lookup step (NULL: none)';
-COMMENT ON COLUMN _chain_validity.state_kind IS 'attention or recurrent';
+COMMENT ON COLUMN _chain_validity.ep IS 'episode id';
+COMMENT ON COLUMN _chain_validity.is_rec IS 'true: recurrent checkpoint; false: attention block';
 COMMENT ON COLUMN _chain_validity.pos IS '0-based chain position';
 COMMENT ON COLUMN _chain_validity.hash IS '64-bit cache key';
 COMMENT ON COLUMN _chain_validity.end_tokens IS 'tokens: block end / checkpoint boundary';
+COMMENT ON COLUMN _chain_validity.in_reach IS 'can move J: a checkpoint or a block below the deepest checkpoint boundary';
+COMMENT ON COLUMN _chain_validity.has_window IS 'the episode was adopted after its entry';
 COMMENT ON COLUMN _chain_validity.valid_entry IS 'valid at the waiting-entry cut';
 COMMENT ON COLUMN _chain_validity.flips_before_entry IS 'validity changes of the entry before the waiting-entry cut';
 COMMENT ON COLUMN _chain_validity.valid_exact IS 'valid at the adoption cut by seq (NULL: no window)';

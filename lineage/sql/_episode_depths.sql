@@ -7,61 +7,52 @@
 CREATE OR REPLACE VIEW _episode_depths AS
 WITH att AS (
     SELECT
-        request_id,
-        preemption_count,
+        ep,
         coalesce(min(pos) FILTER (WHERE NOT valid_entry), count(*)) AS n_entry,
         coalesce(min(pos) FILTER (WHERE NOT valid_exact), count(*)) AS n_exact,
         coalesce(min(pos) FILTER (WHERE NOT valid_m0), count(*)) AS n_m0,
         coalesce(min(pos) FILTER (WHERE NOT valid_m1), count(*)) AS n_m1
     FROM _chain_validity
-    WHERE state_kind = 'attention'
-    GROUP BY request_id, preemption_count
+    WHERE NOT is_rec
+    GROUP BY ep
 ),
-ep AS (
+prefix AS (
     SELECT
-        e.request_id,
-        e.preemption_count,
-        CASE WHEN e.entry_seq < a.adopt_seq THEN true ELSE false END AS has_exact,
-        coalesce(e.entry_seq < a.adopt_seq AND a.adopt_step >= 0, false) AS has_step,
+        e.ep,
+        e.has_window AS has_exact,
+        e.has_window AND e.adopt_step >= 0 AS has_step,
         coalesce(att.n_entry, 0) * p.attention_grid_tokens AS attn_entry,
         coalesce(att.n_exact, 0) * p.attention_grid_tokens AS attn_exact,
         coalesce(att.n_m0, 0) * p.attention_grid_tokens AS attn_m0,
         coalesce(att.n_m1, 0) * p.attention_grid_tokens AS attn_m1
     FROM _entries AS e
     CROSS JOIN _params AS p
-    LEFT JOIN _adoptions AS a
-        ON a.request_id = e.request_id AND a.preemption_count = e.preemption_count
-    LEFT JOIN att
-        ON att.request_id = e.request_id AND att.preemption_count = e.preemption_count
+    LEFT JOIN att ON att.ep = e.ep
 ),
 rec AS (
     SELECT
-        ep.request_id,
-        ep.preemption_count,
-        any_value(ep.has_exact) AS has_exact,
-        any_value(ep.has_step) AS has_step,
-        any_value(ep.attn_entry) AS attn_entry,
-        max(r.end_tokens) FILTER (WHERE r.end_tokens <= ep.attn_entry) AS a_entry,
+        x.ep,
+        any_value(x.has_exact) AS has_exact,
+        any_value(x.has_step) AS has_step,
+        any_value(x.attn_entry) AS attn_entry,
+        max(r.end_tokens) FILTER (WHERE r.end_tokens <= x.attn_entry) AS a_entry,
         max(r.end_tokens) FILTER (WHERE r.valid_entry) AS r_entry,
-        max(r.end_tokens) FILTER (WHERE r.valid_entry AND r.end_tokens <= ep.attn_entry) AS j_entry,
-        max(r.end_tokens) FILTER (WHERE r.end_tokens <= ep.attn_exact) AS a_exact,
+        max(r.end_tokens) FILTER (WHERE r.valid_entry AND r.end_tokens <= x.attn_entry) AS j_entry,
+        max(r.end_tokens) FILTER (WHERE r.end_tokens <= x.attn_exact) AS a_exact,
         max(r.end_tokens) FILTER (WHERE r.valid_exact) AS r_exact,
-        max(r.end_tokens) FILTER (WHERE r.valid_exact AND r.end_tokens <= ep.attn_exact) AS j_exact,
-        max(r.end_tokens) FILTER (WHERE r.end_tokens <= ep.attn_m0) AS a_m0,
+        max(r.end_tokens) FILTER (WHERE r.valid_exact AND r.end_tokens <= x.attn_exact) AS j_exact,
+        max(r.end_tokens) FILTER (WHERE r.end_tokens <= x.attn_m0) AS a_m0,
         max(r.end_tokens) FILTER (WHERE r.valid_m0) AS r_m0,
-        max(r.end_tokens) FILTER (WHERE r.valid_m0 AND r.end_tokens <= ep.attn_m0) AS j_m0,
-        max(r.end_tokens) FILTER (WHERE r.end_tokens <= ep.attn_m1) AS a_m1,
+        max(r.end_tokens) FILTER (WHERE r.valid_m0 AND r.end_tokens <= x.attn_m0) AS j_m0,
+        max(r.end_tokens) FILTER (WHERE r.end_tokens <= x.attn_m1) AS a_m1,
         max(r.end_tokens) FILTER (WHERE r.valid_m1) AS r_m1,
-        max(r.end_tokens) FILTER (WHERE r.valid_m1 AND r.end_tokens <= ep.attn_m1) AS j_m1
-    FROM ep
-    LEFT JOIN _chain_validity AS r
-        ON r.request_id = ep.request_id AND r.preemption_count = ep.preemption_count
-       AND r.state_kind = 'recurrent'
-    GROUP BY ep.request_id, ep.preemption_count
+        max(r.end_tokens) FILTER (WHERE r.valid_m1 AND r.end_tokens <= x.attn_m1) AS j_m1
+    FROM prefix AS x
+    LEFT JOIN _chain_validity AS r ON r.ep = x.ep AND r.is_rec
+    GROUP BY x.ep
 )
 SELECT
-    request_id,
-    preemption_count,
+    ep,
     attn_entry AS attention_prefix_entry,
     coalesce(a_entry, 0) AS a_max_entry,
     coalesce(r_entry, 0) AS r_max_entry,
@@ -78,8 +69,7 @@ SELECT
 FROM rec;
 
 COMMENT ON VIEW _episode_depths IS 'A_max, R_max and J of each entered episode at the entry, exact, M0 and M1 cuts';
-COMMENT ON COLUMN _episode_depths.request_id IS 'request id';
-COMMENT ON COLUMN _episode_depths.preemption_count IS 'episode key';
+COMMENT ON COLUMN _episode_depths.ep IS 'episode id';
 COMMENT ON COLUMN _episode_depths.attention_prefix_entry IS 'tokens covered by the contiguous valid attention prefix at entry';
 COMMENT ON COLUMN _episode_depths.a_max_entry IS 'tokens: A_max at waiting entry';
 COMMENT ON COLUMN _episode_depths.r_max_entry IS 'tokens: R_max at waiting entry';

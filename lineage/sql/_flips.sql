@@ -7,28 +7,27 @@ CREATE OR REPLACE VIEW _flips AS
 WITH ordered AS (
     SELECT
         *,
-        coalesce(lag(is_pub) OVER (PARTITION BY state_kind, hash ORDER BY seq), false)
-            AS was_valid
+        coalesce(lag(is_pub) OVER (PARTITION BY is_rec, hash ORDER BY seq), false) AS was_valid
     FROM _supply
 )
 SELECT
     seq,
     step,
-    state_kind,
+    is_rec,
     hash,
     is_pub,
     depth,
     cause,
     requester,
     request_id,
-    row_number() OVER (PARTITION BY state_kind, hash ORDER BY seq) AS flip_no
+    row_number() OVER (PARTITION BY is_rec, hash ORDER BY seq) AS flip_no
 FROM ordered
 WHERE is_pub <> was_valid;
 
-COMMENT ON VIEW _flips IS 'validity changes of each (state_kind, hash) entry, numbered per entry';
+COMMENT ON VIEW _flips IS 'validity changes of each (is_rec, hash) entry, numbered per entry';
 COMMENT ON COLUMN _flips.seq IS 'record sequence number of the changing event';
 COMMENT ON COLUMN _flips.step IS 'scheduler step of the event';
-COMMENT ON COLUMN _flips.state_kind IS 'attention or recurrent';
+COMMENT ON COLUMN _flips.is_rec IS 'true: recurrent checkpoint; false: attention block';
 COMMENT ON COLUMN _flips.hash IS '64-bit cache key';
 COMMENT ON COLUMN _flips.is_pub IS 'true: the entry became valid; false: it was lost';
 COMMENT ON COLUMN _flips.depth IS 'tokens: boundary of the entry';

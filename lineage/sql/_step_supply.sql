@@ -3,16 +3,16 @@
 -- M0 = state after the latest earlier step; M1 = M0 or published within the lookup's step.
 CREATE OR REPLACE VIEW _step_supply AS
 SELECT
-    state_kind,
+    is_rec,
     hash,
     step,
     arg_max(is_pub, seq) AS valid_after_step,
     bool_or(is_pub) AS published_in_step
 FROM _supply
-GROUP BY state_kind, hash, step;
+GROUP BY is_rec, hash, step;
 
 COMMENT ON VIEW _step_supply IS 'per (entry, step): state after the step, published within it';
-COMMENT ON COLUMN _step_supply.state_kind IS 'attention or recurrent';
+COMMENT ON COLUMN _step_supply.is_rec IS 'true: recurrent checkpoint; false: attention block';
 COMMENT ON COLUMN _step_supply.hash IS '64-bit cache key';
 COMMENT ON COLUMN _step_supply.step IS 'scheduler step';
 COMMENT ON COLUMN _step_supply.valid_after_step IS 'the last event of the step (by seq) is a publication';

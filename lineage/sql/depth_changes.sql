@@ -6,51 +6,43 @@
 -- (cause allocation, or a slab reclaim made for one) by a request other than the episode's.
 CREATE OR REPLACE VIEW depth_changes AS
 WITH points AS (
-    SELECT DISTINCT request_id, preemption_count, seq FROM _boundary_transitions
+    SELECT DISTINCT ep, seq FROM _boundary_transitions
 ),
 grid AS (
-    SELECT
-        p.request_id, p.preemption_count, p.seq, b.rpos, b.end_tokens,
-        b.missing_at_entry = 0 AS valid_at_entry
+    SELECT p.ep, p.seq, b.rpos, b.end_tokens, b.missing_at_entry = 0 AS valid_at_entry
     FROM points AS p
-    JOIN _boundaries AS b
-        ON b.request_id = p.request_id AND b.preemption_count = p.preemption_count
+    JOIN _boundaries AS b ON b.ep = p.ep
 ),
 state AS (
     SELECT g.*, coalesce(t.valid_after, g.valid_at_entry) AS valid
     FROM grid AS g
     ASOF LEFT JOIN _boundary_transitions AS t
-        ON t.request_id = g.request_id AND t.preemption_count = g.preemption_count
-       AND t.rpos = g.rpos AND g.seq >= t.seq
+        ON t.ep = g.ep AND t.rpos = g.rpos AND g.seq >= t.seq
 ),
 after AS (
-    SELECT request_id, preemption_count, seq,
-           coalesce(max(end_tokens) FILTER (WHERE valid), 0) AS j_after
+    SELECT ep, seq, coalesce(max(end_tokens) FILTER (WHERE valid), 0) AS j_after
     FROM state
-    GROUP BY request_id, preemption_count, seq
+    GROUP BY ep, seq
 ),
 at_entry AS (
-    SELECT request_id, preemption_count,
-           coalesce(max(end_tokens) FILTER (WHERE missing_at_entry = 0), 0) AS j_enter
+    SELECT ep, coalesce(max(end_tokens) FILTER (WHERE missing_at_entry = 0), 0) AS j_enter
     FROM _boundaries
-    GROUP BY request_id, preemption_count
+    GROUP BY ep
 ),
 sequenced AS (
     SELECT
-        a.request_id, a.preemption_count, a.seq, a.j_after,
-        coalesce(lag(a.j_after) OVER (
-            PARTITION BY a.request_id, a.preemption_count ORDER BY a.seq), e.j_enter) AS j_before
+        a.ep, a.seq, a.j_after,
+        coalesce(lag(a.j_after) OVER (PARTITION BY a.ep ORDER BY a.seq), e.j_enter) AS j_before
     FROM after AS a
-    JOIN at_entry AS e
-        ON e.request_id = a.request_id AND e.preemption_count = a.preemption_count
+    JOIN at_entry AS e ON e.ep = a.ep
 )
 SELECT
-    s.request_id,
-    s.preemption_count,
+    x.request_id,
+    x.preemption_count,
     s.seq,
     f.step,
     CASE WHEN f.is_pub THEN 'publication' ELSE 'loss' END AS kind,
-    f.state_kind,
+    CASE WHEN f.is_rec THEN 'recurrent' ELSE 'attention' END AS state_kind,
     f.hash,
     f.depth,
     f.cause,
@@ -58,9 +50,10 @@ SELECT
     f.request_id AS event_request_id,
     s.j_before,
     s.j_after,
-    (NOT f.is_pub AND f.requester <> '' AND f.requester <> s.request_id
+    (NOT f.is_pub AND f.requester <> '' AND f.requester <> x.request_id
      AND f.cause IN ('allocation', 'slab_reclaim')) AS other_request_allocation
 FROM sequenced AS s
+JOIN _entries AS x ON x.ep = s.ep
 JOIN _flips AS f ON f.seq = s.seq
 WHERE s.j_after <> s.j_before;
 

@@ -52,8 +52,7 @@ SELECT
     CASE WHEN x.has_window THEN coalesce(c.dec_losses, 0) END AS depth_decreasing_losses,
     CASE WHEN x.has_window THEN coalesce(c.other_losses, 0) END AS other_request_allocation_losses
 FROM episodes AS x
-LEFT JOIN _episode_depths AS d
-    ON d.request_id = x.request_id AND d.preemption_count = x.preemption_count
+LEFT JOIN _episode_depths AS d ON d.ep = x.ep
 LEFT JOIN changes AS c
     ON c.request_id = x.request_id AND c.preemption_count = x.preemption_count;
 

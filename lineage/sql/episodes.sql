@@ -7,6 +7,7 @@ SELECT
     coalesce(e.preemption_count, a.preemption_count) AS preemption_count,
     CASE WHEN coalesce(e.preemption_count, a.preemption_count) = 0
          THEN 'INITIAL' ELSE 'RESUME' END AS episode,
+    e.ep,
     e.entry_seq,
     e.entry_step,
     e.prompt_tokens,
@@ -17,7 +18,7 @@ SELECT
     a.j_adopt,
     coalesce(e.entry_rows, 0) AS entry_rows,
     coalesce(a.adoption_rows, 0) AS adoption_rows,
-    coalesce(e.entry_seq < a.adopt_seq, false) AS has_window
+    coalesce(e.has_window, false) AS has_window
 FROM _entries AS e
 FULL OUTER JOIN _adoptions AS a
     ON a.request_id = e.request_id AND a.preemption_count = e.preemption_count;
@@ -26,6 +27,7 @@ COMMENT ON VIEW episodes IS 'admission episodes (request_id, preemption_count) w
 COMMENT ON COLUMN episodes.request_id IS 'request id';
 COMMENT ON COLUMN episodes.preemption_count IS 'episode key: 0 INITIAL, >=1 RESUME after that many preemptions';
 COMMENT ON COLUMN episodes.episode IS 'INITIAL or RESUME';
+COMMENT ON COLUMN episodes.ep IS 'dense episode id of episodes with a waiting entry (NULL: none)';
 COMMENT ON COLUMN episodes.entry_seq IS 'seq of the first waiting entry (NULL: no entry recorded)';
 COMMENT ON COLUMN episodes.entry_step IS 'scheduler step of the waiting entry';
 COMMENT ON COLUMN episodes.prompt_tokens IS 'tokens: prompt length at waiting entry';

@@ -6,7 +6,7 @@ WITH dec AS (
 )
 SELECT
     s.cause,
-    s.state_kind,
+    CASE WHEN s.is_rec THEN 'recurrent' ELSE 'attention' END AS state_kind,
     count(*) AS losses,
     count(f.seq) AS effective_losses,
     count(dec.seq) AS depth_decreasing_losses
@@ -14,7 +14,7 @@ FROM _supply AS s
 LEFT JOIN _flips AS f ON f.seq = s.seq
 LEFT JOIN dec ON dec.seq = s.seq
 WHERE NOT s.is_pub
-GROUP BY s.cause, s.state_kind;
+GROUP BY s.cause, s.is_rec;
 
 COMMENT ON VIEW loss_causes IS 'losses per cause and state kind';
 COMMENT ON COLUMN loss_causes.cause IS 'allocation, slab_reclaim, eviction, invalidation, preemption, finish, none';
