@@ -270,7 +270,7 @@ def replay(table: pa.Table, meta: RunMeta | None = None, *, source: str = "table
     meta = meta if meta is not None else table_meta(table, source)
     w = _Walker(meta)
     c = _columns(table)
-    history: dict[Key, list[tuple[int, int, bool]]] = {}  # key -> [(step, seq, is_pub)]
+    history: dict[Key, list[tuple[int, int, bool, str]]] = {}  # key -> [(step, seq, pub, rid)]
     for i, kind in enumerate(c["kind"]):
         if kind == "publication" or kind == "loss":
             sk = c["state_kind"][i]
@@ -279,7 +279,8 @@ def replay(table: pa.Table, meta: RunMeta | None = None, *, source: str = "table
             is_pub = kind == "publication"
             h, seq = c["hash"][i], c["seq"][i]
             w.supply(seq, sk, h, is_pub, c["cause"][i], c["requester"][i])
-            history.setdefault((sk, h), []).append((c["step"][i], seq, is_pub))
+            history.setdefault((sk, h), []).append((c["step"][i], seq, is_pub,
+                                                    c["request_id"][i]))
         elif kind == "waiting_entry" and c["request_id"][i]:
             w.waiting_entry(c["request_id"][i], c["preemption_count"][i], c["seq"][i],
                             tuple(c["chain"][i] or ()), tuple(c["recurrent_chain"][i] or ()))
@@ -290,30 +291,33 @@ def replay(table: pa.Table, meta: RunMeta | None = None, *, source: str = "table
     return w.out
 
 
-def _lookup_brackets(out: Replay, history: dict[Key, list[tuple[int, int, bool]]]) -> None:
-    """M0/M1 depths at each windowed episode's lookup step."""
-    index: dict[Key, tuple[list[int], list[bool]]] = {}
+def _lookup_brackets(out: Replay,
+                     history: dict[Key, list[tuple[int, int, bool, str]]]) -> None:
+    """M0/M1 depths at each windowed episode's lookup step. M1 adds publications inside the
+    step by other requests (the looking-up request's own publications follow its lookup)."""
+    index: dict[Key, tuple[list[int], list[bool], list[str]]] = {}
 
-    def step_index(key: Key) -> tuple[list[int], list[bool]]:
+    def step_index(key: Key) -> tuple[list[int], list[bool], list[str]]:
         got = index.get(key)
         if got is None:
             rows = sorted(history.get(key, ()))
-            got = index[key] = ([r[0] for r in rows], [r[2] for r in rows])
+            got = index[key] = ([r[0] for r in rows], [r[2] for r in rows],
+                                [r[3] for r in rows])
         return got
 
-    def m0_m1(key: Key, step: int) -> tuple[bool, bool]:
-        steps, pubs = step_index(key)
+    def m0_m1(key: Key, step: int, rid: str) -> tuple[bool, bool]:
+        steps, pubs, rids = step_index(key)
         lo, hi = bisect_left(steps, step), bisect_right(steps, step)
         m0 = pubs[lo - 1] if lo > 0 else False
-        return m0, m0 or any(pubs[lo:hi])
+        return m0, m0 or any(pubs[k] and rids[k] != rid for k in range(lo, hi))
 
     ga, gr = out.meta.attention_grid_tokens, out.meta.recurrent_grid_tokens
     for ep in out.episodes.values():
         if not ep.has_window or ep.adopt_step is None or ep.adopt_step < 0:
             continue
         s = ep.adopt_step
-        att = [m0_m1(("attention", h), s) for h in ep.chain]
-        rec = [m0_m1(("recurrent", h), s) for h in ep.recurrent_chain]
+        att = [m0_m1(("attention", h), s, ep.request_id) for h in ep.chain]
+        rec = [m0_m1(("recurrent", h), s, ep.request_id) for h in ep.recurrent_chain]
         ep.m0 = depths_from_flags([a[0] for a in att], [r[0] for r in rec], ga, gr)
         ep.m1 = depths_from_flags([a[1] for a in att], [r[1] for r in rec], ga, gr)
 

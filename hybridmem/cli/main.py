@@ -19,6 +19,7 @@ COMMANDS: dict[str, str] = {
     "plan": "hybridmem.cli.plan",
     "storage": "hybridmem.cli.storage",
     "demo": "hybridmem.cli.demo",
+    "lineage": "hybridmem.cli.lineage",
 }
 
 USAGE_EXIT = 2

@@ -10,6 +10,7 @@ CREATE OR REPLACE VIEW _chain AS
 WITH ep AS (
     SELECT
         ep,
+        request_id,
         entry_seq,
         chain,
         recurrent_chain,
@@ -19,7 +20,7 @@ WITH ep AS (
 ),
 att AS (
     SELECT
-        ep, entry_seq, adopt_seq, adopt_step,
+        ep, request_id, entry_seq, adopt_seq, adopt_step,
         len(recurrent_chain) AS recurrent_keys,
         unnest(chain) AS hash,
         generate_subscripts(chain, 1) - 1 AS pos
@@ -27,13 +28,13 @@ att AS (
 ),
 rec AS (
     SELECT
-        ep, entry_seq, adopt_seq, adopt_step,
+        ep, request_id, entry_seq, adopt_seq, adopt_step,
         unnest(recurrent_chain) AS hash,
         generate_subscripts(recurrent_chain, 1) - 1 AS pos
     FROM ep
 )
 SELECT
-    att.ep, att.entry_seq, att.adopt_seq, att.adopt_step,
+    att.ep, att.request_id, att.entry_seq, att.adopt_seq, att.adopt_step,
     false AS is_rec,
     att.pos,
     att.hash,
@@ -43,7 +44,7 @@ SELECT
 FROM att CROSS JOIN _params AS p
 UNION ALL
 SELECT
-    rec.ep, rec.entry_seq, rec.adopt_seq, rec.adopt_step,
+    rec.ep, rec.request_id, rec.entry_seq, rec.adopt_seq, rec.adopt_step,
     true AS is_rec,
     rec.pos,
     rec.hash,
@@ -53,6 +54,7 @@ FROM rec CROSS JOIN _params AS p;
 
 COMMENT ON VIEW _chain IS 'episode chain positions with their grid boundaries and cuts';
 COMMENT ON COLUMN _chain.ep IS 'episode id (_entries.ep)';
+COMMENT ON COLUMN _chain.request_id IS 'request id of the episode';
 COMMENT ON COLUMN _chain.entry_seq IS 'J_enter cut: state after every event with seq < entry_seq';
 COMMENT ON COLUMN _chain.adopt_seq IS 'exact lookup cut (NULL: no window)';
 COMMENT ON COLUMN _chain.adopt_step IS 'lookup step for M0/M1 (NULL: no window or unknown step)';

@@ -2,7 +2,8 @@
 --   entry: after all events with seq < entry_seq       (J_enter)
 --   exact: after all events with seq < adopt_seq       (lookup, ordered by seq)
 --   m0:    after all steps < adopt_step                (lookup, step-ordered lower bound)
---   m1:    m0, or published within adopt_step          (lookup, step-ordered upper bound)
+--   m1:    m0, or published within adopt_step by a    (lookup, step-ordered upper bound)
+--          request other than the episode's own
 -- The flip counts before the entry and adoption cuts delimit the changes inside the window.
 CREATE OR REPLACE VIEW _chain_validity AS
 SELECT
@@ -19,7 +20,9 @@ SELECT
     CASE WHEN c.adopt_seq IS NOT NULL THEN coalesce(fa.flip_no, 0) END AS flips_before_adopt,
     CASE WHEN c.adopt_step IS NOT NULL THEN coalesce(s0.valid_after_step, false) END AS valid_m0,
     CASE WHEN c.adopt_step IS NOT NULL
-         THEN coalesce(s0.valid_after_step, false) OR coalesce(s1.published_in_step, false)
+         THEN coalesce(s0.valid_after_step, false)
+              OR coalesce(s1.published_in_step AND s1.sole_publisher IS DISTINCT FROM c.request_id,
+                          false)
     END AS valid_m1
 FROM _chain AS c
 ASOF LEFT JOIN _flips AS fe
@@ -44,4 +47,4 @@ COMMENT ON COLUMN _chain_validity.flips_before_entry IS 'validity changes of the
 COMMENT ON COLUMN _chain_validity.valid_exact IS 'valid at the adoption cut by seq (NULL: no window)';
 COMMENT ON COLUMN _chain_validity.flips_before_adopt IS 'validity changes before the adoption cut (NULL: no window)';
 COMMENT ON COLUMN _chain_validity.valid_m0 IS 'valid after all steps before the lookup step (NULL: no step)';
-COMMENT ON COLUMN _chain_validity.valid_m1 IS 'valid_m0 or published within the lookup step (NULL: no step)';
+COMMENT ON COLUMN _chain_validity.valid_m1 IS 'valid_m0 or published within the lookup step by another request (NULL: no step)';
