@@ -33,8 +33,8 @@ def adopt(rid, step, depth, pc=0):
 class Lineage:
     """SQL rows by (request, count), the replay, their agreement, and the connection."""
 
-    def __init__(self, events, meta=S2):
-        self.table = events_to_table(events, meta)
+    def __init__(self, events, meta=S2, table=None):
+        self.table = table if table is not None else events_to_table(events, meta)
         self.con = views.connect(self.table, materialize=True)
         rel = self.con.sql("SELECT * FROM episode_lineage")
         rows = [dict(zip(rel.columns, r, strict=True)) for r in rel.fetchall()]
