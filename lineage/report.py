@@ -133,10 +133,10 @@ def format_text(rep: RunReport) -> str:
     if rep.loss_causes:
         out.append("  losses by cause: " + ", ".join(
             f"{r['cause']}/{r['state_kind']} {r['losses']:,}" for r in rep.loss_causes))
-    c = rep.checks
-    out.append(f"  table: {c['events']:,} events, seq {c['first_seq']}..{c['last_seq']}, "
-               f"gaps {c['seq_gaps']}, duplicate seqs {c['duplicate_seqs']}, end records "
-               f"{c['end_records']}, supply step regressions {c['supply_step_regressions']}")
+    ck = rep.checks
+    out.append(f"  table: {ck['events']:,} events, seq {ck['first_seq']}..{ck['last_seq']}, "
+               f"gaps {ck['seq_gaps']}, duplicate seqs {ck['duplicate_seqs']}, end records "
+               f"{ck['end_records']}, supply step regressions {ck['supply_step_regressions']}")
     a = rep.agreement
     line = (f"  SQL vs replay: {a.agree}/{a.episodes} episodes agree on J_enter and J_adopt; "
             f"{a.details_agree}/{a.episodes} on every field")

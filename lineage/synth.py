@@ -100,7 +100,8 @@ class _Sim:
         return self.cfg.pool_units
 
     def _cost(self, kind: str) -> int:
-        return self.cfg.attention_unit_cost if kind == "attention" else self.cfg.checkpoint_unit_cost
+        cfg = self.cfg
+        return cfg.attention_unit_cost if kind == "attention" else cfg.checkpoint_unit_cost
 
     def _free(self, pool: str) -> int:
         return self._capacity(pool) - self.used[pool]

@@ -118,10 +118,11 @@ def _report(args: argparse.Namespace) -> int:
 
     if not args.args:
         raise HybridMemError("give at least one PATH (or 'query' / 'views' / 'import-vllm')")
+    # open (and verify) every input first, so a bad one fails before any work is printed
+    runs = [open_run(path, allow_unverified=args.allow_unverified) for path in args.args]
     reports = []
-    for path in args.args:
-        _progress(f"lineage: {path} ...")
-        run_ = open_run(path, allow_unverified=args.allow_unverified)
+    for path, run_ in zip(args.args, runs, strict=True):
+        _progress(f"lineage: {path}: {run_.table.num_rows:,} events ...")
         rep = analyse(run_)
         _progress(f"lineage: {path}: {rep.summary['episodes']:,} episodes, SQL "
                   f"{rep.sql_seconds:.2f} s, replay {rep.replay_seconds:.2f} s")

@@ -18,7 +18,7 @@ def _random_events(seed: int, meta: dict) -> list:
     att_keys = list(range(1, 12))
     rec_keys = list(range(100, 106))
     events, step, waiting = [], 0, []
-    for i in range(rng.randint(20, 80)):
+    for _ in range(rng.randint(20, 80)):
         step += rng.random() < 0.4
         r = rng.random()
         if r < 0.35:
