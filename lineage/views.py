@@ -71,8 +71,9 @@ def public_views() -> tuple[str, ...]:
 
 # Views that several later views read: computed once into tables by ``connect(materialize=)``.
 # DuckDB inlines views, so without this every reader recomputes the ASOF joins below it.
-HEAVY = ("_adoptions", "_entries", "_flips", "_step_supply", "_chain_validity", "_boundaries",
-         "_boundary_transitions", "depth_changes", "episode_lineage")
+HEAVY = ("_adoptions", "_entries", "_flips", "_step_supply", "_chain_validity",
+         "_episode_depths", "_boundaries", "_window_flips", "_boundary_transitions",
+         "depth_changes", "episode_lineage")
 
 _IDENT = re.compile(r"^[a-z_][a-z0-9_]*$")
 

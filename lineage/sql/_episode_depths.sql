@@ -31,10 +31,7 @@ prefix AS (
 ),
 rec AS (
     SELECT
-        x.ep,
-        any_value(x.has_exact) AS has_exact,
-        any_value(x.has_step) AS has_step,
-        any_value(x.attn_entry) AS attn_entry,
+        r.ep,
         max(r.end_tokens) FILTER (WHERE r.end_tokens <= x.attn_entry) AS a_entry,
         max(r.end_tokens) FILTER (WHERE r.valid_entry) AS r_entry,
         max(r.end_tokens) FILTER (WHERE r.valid_entry AND r.end_tokens <= x.attn_entry) AS j_entry,
@@ -47,26 +44,27 @@ rec AS (
         max(r.end_tokens) FILTER (WHERE r.end_tokens <= x.attn_m1) AS a_m1,
         max(r.end_tokens) FILTER (WHERE r.valid_m1) AS r_m1,
         max(r.end_tokens) FILTER (WHERE r.valid_m1 AND r.end_tokens <= x.attn_m1) AS j_m1
-    FROM prefix AS x
-    LEFT JOIN _chain_validity AS r ON r.ep = x.ep AND r.is_rec
-    GROUP BY x.ep
+    FROM (SELECT * FROM _chain_validity WHERE is_rec) AS r
+    JOIN prefix AS x ON x.ep = r.ep
+    GROUP BY r.ep
 )
 SELECT
-    ep,
-    attn_entry AS attention_prefix_entry,
-    coalesce(a_entry, 0) AS a_max_entry,
-    coalesce(r_entry, 0) AS r_max_entry,
-    coalesce(j_entry, 0) AS j_enter,
-    CASE WHEN has_exact THEN coalesce(a_exact, 0) END AS a_max_exact,
-    CASE WHEN has_exact THEN coalesce(r_exact, 0) END AS r_max_exact,
-    CASE WHEN has_exact THEN coalesce(j_exact, 0) END AS j_lookup_exact,
-    CASE WHEN has_step THEN coalesce(a_m0, 0) END AS a_max_m0,
-    CASE WHEN has_step THEN coalesce(r_m0, 0) END AS r_max_m0,
-    CASE WHEN has_step THEN coalesce(j_m0, 0) END AS j_lookup_m0,
-    CASE WHEN has_step THEN coalesce(a_m1, 0) END AS a_max_m1,
-    CASE WHEN has_step THEN coalesce(r_m1, 0) END AS r_max_m1,
-    CASE WHEN has_step THEN coalesce(j_m1, 0) END AS j_lookup_m1
-FROM rec;
+    x.ep,
+    x.attn_entry AS attention_prefix_entry,
+    coalesce(r.a_entry, 0) AS a_max_entry,
+    coalesce(r.r_entry, 0) AS r_max_entry,
+    coalesce(r.j_entry, 0) AS j_enter,
+    CASE WHEN x.has_exact THEN coalesce(r.a_exact, 0) END AS a_max_exact,
+    CASE WHEN x.has_exact THEN coalesce(r.r_exact, 0) END AS r_max_exact,
+    CASE WHEN x.has_exact THEN coalesce(r.j_exact, 0) END AS j_lookup_exact,
+    CASE WHEN x.has_step THEN coalesce(r.a_m0, 0) END AS a_max_m0,
+    CASE WHEN x.has_step THEN coalesce(r.r_m0, 0) END AS r_max_m0,
+    CASE WHEN x.has_step THEN coalesce(r.j_m0, 0) END AS j_lookup_m0,
+    CASE WHEN x.has_step THEN coalesce(r.a_m1, 0) END AS a_max_m1,
+    CASE WHEN x.has_step THEN coalesce(r.r_m1, 0) END AS r_max_m1,
+    CASE WHEN x.has_step THEN coalesce(r.j_m1, 0) END AS j_lookup_m1
+FROM prefix AS x
+LEFT JOIN rec AS r ON r.ep = x.ep;
 
 COMMENT ON VIEW _episode_depths IS 'A_max, R_max and J of each entered episode at the entry, exact, M0 and M1 cuts';
 COMMENT ON COLUMN _episode_depths.ep IS 'episode id';

@@ -9,7 +9,7 @@ SELECT
     step,
     arg_max(is_pub, seq) AS valid_after_step,
     bool_or(is_pub) AS published_in_step,
-    CASE WHEN count(DISTINCT request_id) FILTER (WHERE is_pub) = 1
+    CASE WHEN min(request_id) FILTER (WHERE is_pub) = max(request_id) FILTER (WHERE is_pub)
          THEN min(request_id) FILTER (WHERE is_pub) END AS sole_publisher
 FROM _supply
 GROUP BY is_rec, hash, step;
