@@ -108,8 +108,8 @@ def create_views(con: duckdb.DuckDBPyConnection, meta: RunMeta,
 
 
 def connect(table: pa.Table, meta: RunMeta | None = None, *, source: str = "table",
-            copy: bool = True, materialize: bool = False,
-            threads: int | None = None) -> duckdb.DuckDBPyConnection:
+            copy: bool = True, materialize: bool = False, threads: int | None = None,
+            memory_limit: str | None = None) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB connection with ``events`` and every lineage view.
 
     ``copy`` loads the Arrow table into a DuckDB table once (the views scan it many times);
@@ -125,6 +125,8 @@ def connect(table: pa.Table, meta: RunMeta | None = None, *, source: str = "tabl
     con.execute("SET asof_loop_join_threshold = 0")
     if threads is not None:
         con.execute("SET threads = ?", [threads])
+    if memory_limit is not None:  # e.g. "6GB"; DuckDB spills to disk beyond it
+        con.execute("SET memory_limit = ?", [memory_limit])
     con.register("_events_arrow", table)
     if copy:
         con.execute(f"CREATE TABLE {EVENTS} AS SELECT * FROM _events_arrow")
