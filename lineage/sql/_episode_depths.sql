@@ -1,6 +1,7 @@
 -- _episode_depths: A_max, R_max and J of each episode with a waiting entry, at each cut.
 --   attention prefix n  = number of leading valid attention blocks; it covers n*ga tokens
 --   A_max = deepest recurrent boundary of the chain with boundary <= n*ga
+--         = min(floor(n*ga / gr), recurrent keys) * gr
 --   R_max = deepest valid recurrent checkpoint, regardless of attention
 --   J     = deepest valid recurrent checkpoint with boundary <= n*ga   (J at entry = J_enter)
 -- Values are 0 when nothing qualifies, NULL when the cut does not exist (no window / no step).
@@ -21,6 +22,8 @@ prefix AS (
         e.ep,
         e.has_window AS has_exact,
         e.has_window AND e.adopt_step >= 0 AS has_step,
+        len(e.recurrent_chain) AS recurrent_keys,
+        p.recurrent_grid_tokens AS gr,
         coalesce(att.n_entry, 0) * p.attention_grid_tokens AS attn_entry,
         coalesce(att.n_exact, 0) * p.attention_grid_tokens AS attn_exact,
         coalesce(att.n_m0, 0) * p.attention_grid_tokens AS attn_m0,
@@ -32,16 +35,12 @@ prefix AS (
 rec AS (
     SELECT
         r.ep,
-        max(r.end_tokens) FILTER (WHERE r.end_tokens <= x.attn_entry) AS a_entry,
         max(r.end_tokens) FILTER (WHERE r.valid_entry) AS r_entry,
         max(r.end_tokens) FILTER (WHERE r.valid_entry AND r.end_tokens <= x.attn_entry) AS j_entry,
-        max(r.end_tokens) FILTER (WHERE r.end_tokens <= x.attn_exact) AS a_exact,
         max(r.end_tokens) FILTER (WHERE r.valid_exact) AS r_exact,
         max(r.end_tokens) FILTER (WHERE r.valid_exact AND r.end_tokens <= x.attn_exact) AS j_exact,
-        max(r.end_tokens) FILTER (WHERE r.end_tokens <= x.attn_m0) AS a_m0,
         max(r.end_tokens) FILTER (WHERE r.valid_m0) AS r_m0,
         max(r.end_tokens) FILTER (WHERE r.valid_m0 AND r.end_tokens <= x.attn_m0) AS j_m0,
-        max(r.end_tokens) FILTER (WHERE r.end_tokens <= x.attn_m1) AS a_m1,
         max(r.end_tokens) FILTER (WHERE r.valid_m1) AS r_m1,
         max(r.end_tokens) FILTER (WHERE r.valid_m1 AND r.end_tokens <= x.attn_m1) AS j_m1
     FROM (SELECT * FROM _chain_validity WHERE is_rec) AS r
@@ -51,16 +50,17 @@ rec AS (
 SELECT
     x.ep,
     x.attn_entry AS attention_prefix_entry,
-    coalesce(r.a_entry, 0) AS a_max_entry,
+    least(x.attn_entry // x.gr, x.recurrent_keys) * x.gr AS a_max_entry,
     coalesce(r.r_entry, 0) AS r_max_entry,
     coalesce(r.j_entry, 0) AS j_enter,
-    CASE WHEN x.has_exact THEN coalesce(r.a_exact, 0) END AS a_max_exact,
+    CASE WHEN x.has_exact THEN least(x.attn_exact // x.gr, x.recurrent_keys) * x.gr
+    END AS a_max_exact,
     CASE WHEN x.has_exact THEN coalesce(r.r_exact, 0) END AS r_max_exact,
     CASE WHEN x.has_exact THEN coalesce(r.j_exact, 0) END AS j_lookup_exact,
-    CASE WHEN x.has_step THEN coalesce(r.a_m0, 0) END AS a_max_m0,
+    CASE WHEN x.has_step THEN least(x.attn_m0 // x.gr, x.recurrent_keys) * x.gr END AS a_max_m0,
     CASE WHEN x.has_step THEN coalesce(r.r_m0, 0) END AS r_max_m0,
     CASE WHEN x.has_step THEN coalesce(r.j_m0, 0) END AS j_lookup_m0,
-    CASE WHEN x.has_step THEN coalesce(r.a_m1, 0) END AS a_max_m1,
+    CASE WHEN x.has_step THEN least(x.attn_m1 // x.gr, x.recurrent_keys) * x.gr END AS a_max_m1,
     CASE WHEN x.has_step THEN coalesce(r.r_m1, 0) END AS r_max_m1,
     CASE WHEN x.has_step THEN coalesce(r.j_m1, 0) END AS j_lookup_m1
 FROM prefix AS x
