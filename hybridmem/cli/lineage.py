@@ -32,7 +32,10 @@ forms:
   hybridmem lineage views
       list the public views and their column comments.
   hybridmem lineage import-vllm STREAM OUT.parquet [--block-size N]
-      convert a file of vLLM KVEventBatch msgpack payloads into an event table."""
+      convert a file of vLLM KVEventBatch msgpack payloads into an event table.
+
+exit status: 0 when SQL and the scalar replay agree on every episode of every run, 1 when
+they do not, 2 for bad input (one line on stderr)."""
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -98,3 +98,19 @@ def test_binary_trace_without_tracer_reader_is_a_clear_error(tmp_path, capsys):
     trace.write_bytes(b"\0" * 16)
     code, _, err = run_cli(capsys, "lineage", str(trace))
     assert code == 2 and len(err.strip().splitlines()) == 1
+
+
+def test_import_vllm_then_report(tmp_path, capsys):
+    import msgpack
+
+    stream = tmp_path / "kv.msgpack"
+    stream.write_bytes(
+        msgpack.packb([1.0, [["BlockStored", [5, 6], None, [], 16, None, "GPU"]]])
+        + msgpack.packb([2.0, [["BlockRemoved", [6], "GPU"]]]))
+    out_path = tmp_path / "kv.parquet"
+    code, _, err = run_cli(capsys, "lineage", "import-vllm", str(stream), str(out_path))
+    assert code == 0, err
+    code, out, _ = run_cli(capsys, "lineage", str(out_path), "--json")
+    d = json.loads(out)
+    assert code == 0 and d["episodes"] == 0
+    assert (d["supply"]["publications"], d["supply"]["losses"]) == (2, 1)
