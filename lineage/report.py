@@ -8,6 +8,7 @@ replay, as text (Tables C-2 and G-3 style), as JSON, and as a plot.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -174,15 +175,17 @@ def plot(reports: Sequence[RunReport], out_png: str) -> None:
     ax1.legend(fontsize=7)
     top = 1
     for c in CLASSES:
-        pts = [(e, a) for rep in reports for e, a, k in rep.points if k == c]
+        pts = Counter((e, a) for rep in reports for e, a, k in rep.points if k == c)
         if pts:
             top = max(top, max(max(p) for p in pts))
-            ax2.scatter([p[0] for p in pts], [p[1] for p in pts], s=14, alpha=0.5,
-                        color=colours[c], label=f"{c} ({len(pts)})")
+            # depths sit on the grid, so episodes coincide: the marker area shows how many
+            ax2.scatter([p[0] for p in pts], [p[1] for p in pts],
+                        s=[10 + 6 * n ** 0.5 for n in pts.values()], alpha=0.55,
+                        color=colours[c], label=f"{c} ({sum(pts.values())})")
     ax2.plot([0, top], [0, top], color="black", lw=0.8, ls="--")
     ax2.set_xlabel("J_enter (tokens)")
     ax2.set_ylabel("J_adopt (tokens)")
-    ax2.set_title("entry versus adopted joint depth")
+    ax2.set_title("entry versus adopted joint depth (marker area ~ episodes)")
     ax2.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(out_png, dpi=110)
