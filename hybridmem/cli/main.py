@@ -22,6 +22,7 @@ COMMANDS: dict[str, str] = {
     "stats": "hybridmem.cli.stats",
     "fidelity": "hybridmem.cli.fidelity",
     "trace": "hybridmem.cli.trace",
+    "lineage": "hybridmem.cli.lineage",
 }
 
 USAGE_EXIT = 2

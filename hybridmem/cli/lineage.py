@@ -1,0 +1,151 @@
+"""``hybridmem lineage``: entry and adopted joint depth per episode, depth classes, attribution.
+
+    hybridmem lineage PATH... [--json] [--allow-unverified] [--plot OUT.png]
+    hybridmem lineage query PATH --sql "SELECT ..."
+    hybridmem lineage views
+    hybridmem lineage import-vllm STREAM.msgpack OUT.parquet [--block-size N]
+
+The first word picks the form: ``query``, ``views`` or ``import-vllm``; anything else is a path
+(write ``./query`` for a file of that name).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from hybridmem.errors import HybridMemError
+
+HELP = "episode lineage of traced runs: J_enter vs J_adopt, depth classes, loss attribution"
+VERBS = ("query", "views", "import-vllm")
+
+DESCRIPTION = HELP + """.
+
+forms:
+  hybridmem lineage PATH... [--json] [--allow-unverified] [--plot OUT.png]
+      per run: class counts and fractions, mean J_adopt / R_max / A_max with the M0/M1
+      bracket, attribution k/n, publication/loss totals, SQL vs replay agreement. PATH is a
+      binary trace (verified first) or an exported .parquet event table.
+  hybridmem lineage query PATH --sql "SELECT ..."
+      run one SQL statement with every lineage view registered over PATH.
+  hybridmem lineage views
+      list the public views and their column comments.
+  hybridmem lineage import-vllm STREAM OUT.parquet [--block-size N]
+      convert a file of vLLM KVEventBatch msgpack payloads into an event table.
+
+exit status: 0 when SQL and the scalar replay agree on every episode of every run, 1 when
+they do not, 2 for bad input (one line on stderr)."""
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("lineage", help=HELP, description=DESCRIPTION,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("args", nargs="*", metavar="PATH",
+                   help="traces or .parquet event tables (or a form word, see above)")
+    p.add_argument("--json", action="store_true", help="one JSON object per run, one per line")
+    p.add_argument("--allow-unverified", action="store_true",
+                   help="analyse traces whose verdict is not accepted (the output says so)")
+    p.add_argument("--plot", metavar="OUT.png", default=None,
+                   help="write class bars per run and a J_enter vs J_adopt scatter")
+    p.add_argument("--sql", metavar="SQL", default=None, help="the statement for 'query'")
+    p.add_argument("--private", action="store_true", help="'views': also list private views")
+    p.add_argument("--block-size", type=int, default=None, metavar="N",
+                   help="'import-vllm': tokens per block when the stream does not say")
+    p.set_defaults(func=run)
+
+
+def _progress(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def _views(args: argparse.Namespace) -> int:
+    from lineage.views import describe_views
+
+    if args.args[1:]:
+        raise HybridMemError(f"'views' takes no paths, got {args.args[1:]}")
+    for v in describe_views(include_private=args.private):
+        print(f"{v.name}: {v.comment}")
+        for c in v.columns:
+            print(f"  {c.name:<34} {c.type:<10} {c.comment}")
+    return 0
+
+
+def _query(args: argparse.Namespace) -> int:
+    import duckdb
+
+    from lineage.source import open_run
+    from lineage.views import connect
+
+    if len(args.args) != 2:
+        raise HybridMemError(f"'query' takes exactly one PATH, got {args.args[1:]}")
+    if not args.sql:
+        raise HybridMemError("'query' needs --sql \"SELECT ...\"")
+    run_ = open_run(args.args[1], allow_unverified=args.allow_unverified)
+    con = connect(run_.table, run_.meta, source=run_.path)
+    try:
+        rel = con.sql(args.sql)
+    except duckdb.Error as exc:
+        raise HybridMemError(f"--sql {args.sql!r}: {str(exc).splitlines()[0]}") from None
+    if rel is None:
+        return 0
+    if args.json:
+        for row in rel.fetchall():
+            print(json.dumps(dict(zip(rel.columns, row, strict=True)), default=str))
+    else:
+        print("\t".join(rel.columns))
+        for row in rel.fetchall():
+            print("\t".join("NULL" if v is None else str(v) for v in row))
+    return 0
+
+
+def _import_vllm(args: argparse.Namespace) -> int:
+    import pyarrow.parquet as pq
+
+    from lineage.vllm_events import import_stream
+
+    if len(args.args) != 3:
+        raise HybridMemError(f"'import-vllm' takes STREAM OUT.parquet, got {args.args[1:]}")
+    src, dst = args.args[1], args.args[2]
+    if not dst.endswith(".parquet"):
+        raise HybridMemError(f"output {dst!r} must end in .parquet")
+    table = import_stream(src, block_size=args.block_size)
+    pq.write_table(table, dst)
+    _progress(f"{src}: {table.num_rows:,} events written to {dst}")
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    from lineage.report import analyse, format_text, plot, to_json
+    from lineage.source import open_run
+
+    if not args.args:
+        raise HybridMemError("give at least one PATH (or 'query' / 'views' / 'import-vllm')")
+    # open (and verify) every input first, so a bad one fails before any work is printed
+    runs = [open_run(path, allow_unverified=args.allow_unverified) for path in args.args]
+    reports = []
+    for path, run_ in zip(args.args, runs, strict=True):
+        _progress(f"lineage: {path}: {run_.table.num_rows:,} events ...")
+        rep = analyse(run_)
+        _progress(f"lineage: {path}: {rep.summary['episodes']:,} episodes, SQL "
+                  f"{rep.sql_seconds:.2f} s, replay {rep.replay_seconds:.2f} s")
+        reports.append(rep)
+        if args.json:
+            print(json.dumps(to_json(rep), default=str))
+        else:
+            print(format_text(rep))
+    if args.plot:
+        plot(reports, args.plot)
+        _progress(f"lineage: plot written to {args.plot}")
+    return 0 if all(r.agreement.complete for r in reports) else 1
+
+
+def run(args: argparse.Namespace) -> int:
+    verb = args.args[0] if args.args else None
+    if verb == "views":
+        return _views(args)
+    if verb == "query":
+        return _query(args)
+    if verb == "import-vllm":
+        return _import_vllm(args)
+    return _report(args)

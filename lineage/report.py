@@ -1,0 +1,192 @@
+"""Per-run lineage report: the SQL views' answer, checked episode by episode against the scalar
+replay, as text (Tables C-2 and G-3 style), as JSON, and as a plot.
+
+    rep = analyse(open_run("run.parquet"))
+    print(format_text(rep)); json.dumps(to_json(rep))
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from lineage import views
+from lineage.replay import Agreement, compare, replay
+from lineage.source import Run
+
+CLASSES = ("zero->zero", "positive-equal", "zero->positive", "deeper", "shallower")
+
+
+@dataclass(frozen=True, slots=True)
+class RunReport:
+    run: Run
+    summary: dict[str, Any]
+    checks: dict[str, Any]
+    classes: dict[str, dict[str, tuple[int, float | None]]]  # scope -> class -> (n, fraction)
+    loss_causes: list[dict[str, Any]]
+    agreement: Agreement
+    points: list[tuple[int, int, str]]  # (J_enter, J_adopt, class) of classified episodes
+    sql_seconds: float
+    replay_seconds: float
+
+
+def _rows(con: Any, sql: str) -> list[dict[str, Any]]:
+    rel = con.sql(sql)
+    cols = rel.columns
+    return [dict(zip(cols, r, strict=True)) for r in rel.fetchall()]
+
+
+def analyse(run: Run, *, with_replay: bool = True) -> RunReport:
+    t0 = time.perf_counter()
+    con = views.connect(run.table, run.meta, source=run.path, materialize=True)
+    lineage_rows = _rows(con, "SELECT * FROM episode_lineage")
+    summary = _rows(con, "SELECT * FROM run_summary")[0]
+    checks = _rows(con, "SELECT * FROM table_checks")[0]
+    classes: dict[str, dict[str, tuple[int, float | None]]] = {}
+    for r in _rows(con, "SELECT * FROM class_counts ORDER BY scope, class_order"):
+        classes.setdefault(r["scope"], {})[r["class"]] = (int(r["episodes"]), r["fraction"])
+    causes = _rows(con, "SELECT * FROM loss_causes ORDER BY losses DESC, cause, state_kind")
+    con.close()
+    t1 = time.perf_counter()
+    if with_replay:
+        agreement = compare(lineage_rows, replay(run.table, run.meta, source=run.path))
+    else:
+        agreement = Agreement(0, 0, 0, ())
+    t2 = time.perf_counter()
+    points = [(int(r["j_enter"]), int(r["j_adopt"]), str(r["class"]))
+              for r in lineage_rows if r["class"] is not None]
+    return RunReport(run, summary, checks, classes, causes, agreement, points, t1 - t0, t2 - t1)
+
+
+def to_json(rep: RunReport) -> dict[str, Any]:
+    s = rep.summary
+    a = rep.agreement
+    return {
+        "path": rep.run.path,
+        "organization": rep.run.meta.organization,
+        "grid": {"attention_tokens": rep.run.meta.attention_grid_tokens,
+                 "recurrent_tokens": rep.run.meta.recurrent_grid_tokens},
+        "verification": {"verified": rep.run.verified, "reason": rep.run.verdict_reason},
+        "episodes": int(s["episodes"]),
+        "initial_episodes": int(s["initial_episodes"]),
+        "resume_episodes": int(s["resume_episodes"]),
+        "classified_episodes": int(s["classified_episodes"]),
+        "unadopted_episodes": int(s["unadopted_episodes"]),
+        "episodes_without_entry": int(s["episodes_without_entry"]),
+        "classes": {c: rep.classes["ALL"][c][0] for c in CLASSES},
+        "class_fractions": {c: rep.classes["ALL"][c][1] for c in CLASSES},
+        "classes_initial": {c: rep.classes["INITIAL"][c][0] for c in CLASSES},
+        "class_fractions_initial": {c: rep.classes["INITIAL"][c][1] for c in CLASSES},
+        "means_initial": {
+            "episodes": int(s["mean_scope_episodes"]),
+            "j_adopt": s["mean_j_adopt"],
+            "r_max": {"m0": s["mean_r_max_m0"], "m1": s["mean_r_max_m1"],
+                      "exact": s["mean_r_max_exact"]},
+            "a_max": {"m0": s["mean_a_max_m0"], "m1": s["mean_a_max_m1"],
+                      "exact": s["mean_a_max_exact"]},
+        },
+        "attribution": {"shallower": int(s["shallower_episodes"]),
+                        "with_other_request_loss": int(s["shallower_with_other_request_loss"])},
+        "supply": {"publications": int(s["publications"]), "losses": int(s["losses"]),
+                   "depth_increasing_publications": int(s["depth_increasing_publications"]),
+                   "depth_decreasing_losses": int(s["depth_decreasing_losses"])},
+        "loss_causes": rep.loss_causes,
+        "table_checks": rep.checks,
+        "replay_agreement": {"episodes": a.episodes, "agree": a.agree,
+                             "details_agree": a.details_agree,
+                             "disagreements": [list(d) for d in a.disagreements]},
+        "seconds": {"sql": round(rep.sql_seconds, 3), "replay": round(rep.replay_seconds, 3)},
+    }
+
+
+def _f(x: float | None, nd: int = 2) -> str:
+    return "-" if x is None else f"{x:,.{nd}f}"
+
+
+def format_text(rep: RunReport) -> str:
+    s, m = rep.summary, rep.run.meta
+    out = [f"run {rep.run.path}: {m.organization}, grid {m.attention_grid_tokens}/"
+           f"{m.recurrent_grid_tokens} tokens, trace {rep.run.verification}",
+           f"  episodes {s['episodes']:,} (INITIAL {s['initial_episodes']:,}, RESUME "
+           f"{s['resume_episodes']:,}); classified {s['classified_episodes']:,}, never adopted "
+           f"{s['unadopted_episodes']:,}, adopted without entry {s['episodes_without_entry']:,}"]
+    out.append("  class            " + "".join(f"{sc:>18}" for sc in ("ALL", "INITIAL", "RESUME")))
+    for c in CLASSES:
+        cells = []
+        for sc in ("ALL", "INITIAL", "RESUME"):
+            n, frac = rep.classes[sc][c]
+            cells.append(f"{n:>9,} {_f(frac, 3):>7} ")
+        out.append(f"  {c:<16} " + "".join(cells))
+    out.append(f"  means over {s['mean_scope_episodes']:,} INITIAL episodes (tokens/request): "
+               f"J_adopt {_f(s['mean_j_adopt'])}")
+    out.append(f"    R_max  M0 {_f(s['mean_r_max_m0'])}  M1 {_f(s['mean_r_max_m1'])}  "
+               f"exact {_f(s['mean_r_max_exact'])}")
+    out.append(f"    A_max  M0 {_f(s['mean_a_max_m0'])}  M1 {_f(s['mean_a_max_m1'])}  "
+               f"exact {_f(s['mean_a_max_exact'])}")
+    out.append(f"  attribution: {s['shallower_with_other_request_loss']}/{s['shallower_episodes']}"
+               " shallower episodes include another request's allocation loss")
+    out.append(f"  supply: {s['publications']:,} publications "
+               f"({s['depth_increasing_publications']:,} depth-increasing), {s['losses']:,} losses "
+               f"({s['depth_decreasing_losses']:,} depth-decreasing)")
+    if rep.loss_causes:
+        out.append("  losses by cause: " + ", ".join(
+            f"{r['cause']}/{r['state_kind']} {r['losses']:,}" for r in rep.loss_causes))
+    ck = rep.checks
+    out.append(f"  table: {ck['events']:,} events, seq {ck['first_seq']}..{ck['last_seq']}, "
+               f"gaps {ck['seq_gaps']}, duplicate seqs {ck['duplicate_seqs']}, end records "
+               f"{ck['end_records']}, supply step regressions {ck['supply_step_regressions']}")
+    a = rep.agreement
+    line = (f"  SQL vs replay: {a.agree}/{a.episodes} episodes agree on J_enter and J_adopt; "
+            f"{a.details_agree}/{a.episodes} on every field")
+    out.append(line + ("" if a.complete else "  <-- DISAGREEMENT"))
+    for d in a.disagreements:
+        out.append(f"    {d[0]} #{d[1]} {d[2]}: sql {d[3]!r} replay {d[4]!r}")
+    out.append(f"  time: SQL {rep.sql_seconds:.2f} s, replay {rep.replay_seconds:.2f} s")
+    return "\n".join(out)
+
+
+def plot(reports: Sequence[RunReport], out_png: str) -> None:
+    """Class bars per run (INITIAL and RESUME stacked per class) and a J_enter vs J_adopt
+    scatter of every classified episode, coloured by class."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    colours = dict(zip(CLASSES, ("#9e9e9e", "#2e7d32", "#1565c0", "#6a1b9a", "#c62828"),
+                       strict=True))
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 5.2))
+    width = 0.8 / max(1, len(reports))
+    for i, rep in enumerate(reports):
+        xs = [k + i * width for k in range(len(CLASSES))]
+        ini = [rep.classes["INITIAL"][c][0] for c in CLASSES]
+        res = [rep.classes["RESUME"][c][0] for c in CLASSES]
+        label = f"{rep.run.meta.organization}: {rep.run.path.rsplit('/', 1)[-1]}"
+        bars = ax1.bar(xs, ini, width, label=f"{label} INITIAL")
+        ax1.bar(xs, res, width, bottom=ini, color=bars.patches[0].get_facecolor(), alpha=0.45,
+                hatch="//", label=f"{label} RESUME")
+    ax1.set_xticks([k + width * (len(reports) - 1) / 2 for k in range(len(CLASSES))])
+    ax1.set_xticklabels(CLASSES, rotation=15)
+    ax1.set_ylabel("episodes")
+    ax1.set_title("depth classes per run")
+    ax1.legend(fontsize=7)
+    top = 1
+    for c in CLASSES:
+        pts = Counter((e, a) for rep in reports for e, a, k in rep.points if k == c)
+        if pts:
+            top = max(top, max(max(p) for p in pts))
+            # depths sit on the grid, so episodes coincide: the marker area shows how many
+            ax2.scatter([p[0] for p in pts], [p[1] for p in pts],
+                        s=[10 + 6 * n ** 0.5 for n in pts.values()], alpha=0.55,
+                        color=colours[c], label=f"{c} ({sum(pts.values())})")
+    ax2.plot([0, top], [0, top], color="black", lw=0.8, ls="--")
+    ax2.set_xlabel("J_enter (tokens)")
+    ax2.set_ylabel("J_adopt (tokens)")
+    ax2.set_title("entry versus adopted joint depth (marker area ~ episodes)")
+    ax2.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out_png, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,82 @@
+"""Opening a run for lineage: a binary trace (verified first, through the tracer) or an exported
+Parquet event table.
+
+A path ending in ``.parquet`` is an event table; anything else is a binary trace read by
+``tracer.verify`` / ``tracer.events_table`` (imported only then). A trace whose verdict is not
+accepted (no END record, a sequence gap, dropped records, write errors) is refused unless the
+caller allows unverified input; the result then says so. A Parquet table carries the verdict
+of the trace it was exported from in its run metadata, when there was one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from hybridmem.errors import HybridMemError
+from lineage.table import RunMeta, check_columns, table_meta
+
+
+class UnverifiedTraceError(HybridMemError):
+    """A trace whose verdict is not accepted, opened without ``allow_unverified``."""
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    path: str
+    table: pa.Table
+    meta: RunMeta
+    verified: bool | None  # True accepted, False refused verdict, None: no verdict available
+    verdict_reason: str
+
+    @property
+    def verification(self) -> str:
+        if self.verified is True:
+            return "accepted"
+        if self.verified is False:
+            return f"UNVERIFIED ({self.verdict_reason})"
+        return f"no trace verdict ({self.verdict_reason})"
+
+
+def _meta_verdict(meta: RunMeta) -> tuple[bool | None, str]:
+    v: Any = meta.extra.get("verdict")
+    if isinstance(v, dict) and "accepted" in v:
+        return bool(v["accepted"]), str(v.get("reason", ""))
+    if isinstance(v, bool):
+        return v, "verdict recorded in the table metadata"
+    return None, "event table without an embedded trace verdict"
+
+
+def open_run(path: str | Path, allow_unverified: bool = False) -> Run:
+    """Load ``path`` as an event table, refusing unaccepted traces unless allowed."""
+    p = Path(path)
+    if not p.exists():
+        raise HybridMemError(f"{p}: no such file")
+    if p.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        try:
+            table = pq.read_table(p)
+        except (OSError, pa.ArrowInvalid) as exc:
+            raise HybridMemError(f"{p}: not a readable Parquet file ({exc})") from None
+        check_columns(table, str(p))
+        meta = table_meta(table, str(p))
+        verified, reason = _meta_verdict(meta)
+    else:
+        from tracer import events_table, verify
+
+        verdict = verify(str(p))
+        verified, reason = bool(verdict.accepted), str(getattr(verdict, "reason", ""))
+        if not verified and not allow_unverified:
+            raise UnverifiedTraceError(f"{p}: trace not accepted ({reason}); "
+                                       "--allow-unverified analyses it anyway")
+        table = events_table(str(p))
+        check_columns(table, str(p))
+        meta = table_meta(table, str(p))
+    if verified is False and not allow_unverified:
+        raise UnverifiedTraceError(f"{p}: its trace verdict is not accepted ({reason}); "
+                                   "--allow-unverified analyses it anyway")
+    return Run(str(p), table, meta, verified, reason)

@@ -1,0 +1,172 @@
+"""The thin DuckDB harness: register an event table, bind the run's grids, create the lineage
+views from ``lineage/sql/*.sql`` in dependency order.
+
+Each ``.sql`` file holds one view (or, for ``_params``, the one parameter table) named like the
+file, its ``COMMENT ON`` lines documenting every column; names starting with ``_`` are private
+building blocks. The only values that vary per run (the two grids) are bound parameters of
+``_params.sql``; no SQL text is ever formatted.
+
+    con = views.connect(table)            # pyarrow.Table with hybridmem.meta
+    con.sql("SELECT * FROM episode_lineage").arrow()
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+
+from lineage.table import RunMeta, check_columns, table_meta
+from tracer.schema import arrow_schema
+
+SQL_DIR = Path(__file__).with_name("sql")
+PARAMS = "_params"
+EVENTS = "events"
+
+
+@cache
+def sql_names() -> tuple[str, ...]:
+    """Every SQL file's name (without ``.sql``), sorted."""
+    return tuple(sorted(p.stem for p in SQL_DIR.glob("*.sql")))
+
+
+@cache
+def load_sql(name: str) -> str:
+    """The text of ``lineage/sql/<name>.sql``."""
+    if name not in sql_names():
+        raise KeyError(f"no lineage SQL named {name!r}; have {list(sql_names())}")
+    return (SQL_DIR / f"{name}.sql").read_text()
+
+
+def _references(name: str) -> set[str]:
+    """Other SQL names the file mentions as whole words (its dependencies)."""
+    body = load_sql(name)
+    body = "\n".join(line.split("--", 1)[0] for line in body.splitlines())  # drop comments
+    words = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", body))
+    return {n for n in sql_names() if n != name and n in words}
+
+
+@cache
+def creation_order() -> tuple[str, ...]:
+    """SQL names in dependency order (``_params`` first); a cycle is a bug in the SQL."""
+    deps = {n: _references(n) for n in sql_names()}
+    order: list[str] = []
+    done: set[str] = set()
+    while len(order) < len(deps):
+        ready = sorted(n for n in deps if n not in done and deps[n] <= done)
+        assert ready, f"lineage SQL has a dependency cycle among {sorted(set(deps) - done)}"
+        for n in ready:
+            order.append(n)
+            done.add(n)
+    return tuple(order)
+
+
+def public_views() -> tuple[str, ...]:
+    return tuple(n for n in creation_order() if not n.startswith("_"))
+
+
+# Views that several later views read: computed once into tables by ``connect(materialize=)``.
+# DuckDB inlines views, so without this every reader recomputes the ASOF joins below it.
+HEAVY = ("_adoptions", "_entries", "_flips", "_step_supply", "_chain_validity",
+         "_episode_depths", "_boundaries", "_window_flips", "_boundary_transitions",
+         "depth_changes", "episode_lineage")
+
+_IDENT = re.compile(r"^[a-z_][a-z0-9_]*$")
+
+
+def create_views(con: duckdb.DuckDBPyConnection, meta: RunMeta,
+                 materialize: tuple[str, ...] = ()) -> None:
+    """Bind the grids into ``_params`` and create every view (the table ``events`` must exist).
+
+    Names in ``materialize`` become tables holding the view's rows, swapped in under the same
+    name once computed; the views after them then read the table. Their column comments are
+    kept (``COMMENT ON COLUMN`` applies to tables too); the view comment is dropped.
+    """
+    for name in creation_order():
+        stmts = con.extract_statements(load_sql(name))
+        for i, st in enumerate(stmts):
+            if name == PARAMS and i == 0:
+                con.execute(st.query, [meta.attention_grid_tokens, meta.recurrent_grid_tokens])
+            elif name in materialize and i > 0:
+                continue  # comments are applied after the swap below
+            else:
+                con.execute(st.query)
+        if name in materialize:
+            # identifiers cannot be bound; these come from our own file names, checked here
+            assert _IDENT.match(name), f"SQL file name {name!r} is not a plain identifier"
+            tmp = f"{name}__rows"
+            con.execute(f"CREATE TABLE {tmp} AS SELECT * FROM {name}")
+            con.execute(f"DROP VIEW {name}")
+            con.execute(f"ALTER TABLE {tmp} RENAME TO {name}")
+            for st in stmts[1:]:
+                if not st.query.lstrip().upper().startswith("COMMENT ON VIEW"):
+                    con.execute(st.query)
+
+
+def connect(table: pa.Table, meta: RunMeta | None = None, *, source: str = "table",
+            copy: bool = True, materialize: bool = False, threads: int | None = None,
+            memory_limit: str | None = None) -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB connection with ``events`` and every lineage view.
+
+    ``copy`` loads the Arrow table into a DuckDB table once (the views scan it many times);
+    ``copy=False`` registers it as a zero-copy Arrow scan instead. ``materialize`` computes the
+    :data:`HEAVY` views once into tables (for reports that read several views); leave it off
+    for ad-hoc queries of one view. ``meta`` defaults to the table's own ``hybridmem.meta``.
+    """
+    check_columns(table, source)
+    meta = meta if meta is not None else table_meta(table, source)
+    con = duckdb.connect()
+    # The cardinality of the chain side is often estimated far too low; DuckDB then turns an
+    # ASOF join into a nested loop over every (entry, history) pair (minutes instead of ms).
+    con.execute("SET asof_loop_join_threshold = 0")
+    if threads is not None:
+        con.execute("SET threads = ?", [threads])
+    if memory_limit is not None:  # e.g. "6GB"; DuckDB spills to disk beyond it
+        con.execute("SET memory_limit = ?", [memory_limit])
+    con.register("_events_arrow", table)
+    if copy:
+        con.execute(f"CREATE TABLE {EVENTS} AS SELECT * FROM _events_arrow")
+        con.unregister("_events_arrow")
+    else:
+        con.execute(f"CREATE VIEW {EVENTS} AS SELECT * FROM _events_arrow")
+    create_views(con, meta, HEAVY if materialize else ())
+    return con
+
+
+@dataclass(frozen=True, slots=True)
+class ColumnDoc:
+    name: str
+    type: str
+    comment: str
+
+
+@dataclass(frozen=True, slots=True)
+class ViewDoc:
+    name: str
+    comment: str
+    columns: tuple[ColumnDoc, ...]
+
+
+def describe_views(include_private: bool = False) -> list[ViewDoc]:
+    """Every view's comment and column comments, read back from DuckDB's catalog after creating
+    the views over an empty event table (so this also proves that the SQL binds)."""
+    empty = arrow_schema().empty_table()
+    meta = RunMeta("none", 512, 512, {})
+    con = connect(empty, meta)
+    views = con.execute(
+        "SELECT view_name, coalesce(comment, '') FROM duckdb_views() WHERE NOT internal"
+    ).fetchall()
+    out = []
+    for vname, vcomment in sorted(views, key=lambda v: creation_order().index(v[0])):
+        if vname.startswith("_") and not include_private:
+            continue
+        cols = con.execute(
+            "SELECT column_name, data_type, coalesce(comment, '') FROM duckdb_columns() "
+            "WHERE table_name = ? ORDER BY column_index", [vname]).fetchall()
+        out.append(ViewDoc(vname, vcomment, tuple(ColumnDoc(*c) for c in cols)))
+    con.close()
+    return out

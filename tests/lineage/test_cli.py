@@ -1,0 +1,116 @@
+"""CLI contract of ``hybridmem lineage``: JSON keys, query, views, plot, refusals (exit 2)."""
+
+import json
+
+import pyarrow.parquet as pq
+import pytest
+
+from hybridmem.cli.main import main
+from lineage.table import events_to_table
+from tracer.schema import META_KEY
+
+from .helpers import S2, adopt, enter, loss, pub
+
+EVENTS = [pub(1, 1), pub(2, 1, rec=True), enter("a", 2, [1], [2]), enter("b", 2, [9], [8]),
+          loss(2, 3, rec=True, requester="b"), adopt("a", 4, 0), adopt("b", 4, 0)]
+
+
+def _write(tmp_path, meta=S2, name="run.parquet"):
+    path = tmp_path / name
+    pq.write_table(events_to_table(EVENTS, meta), path)
+    return str(path)
+
+
+def run_cli(capsys, *argv):
+    code = main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_report_json_contract(tmp_path, capsys):
+    path = _write(tmp_path)
+    code, out, err = run_cli(capsys, "lineage", path, "--json")
+    assert code == 0, err
+    d = json.loads(out)
+    assert d["episodes"] == 2
+    assert d["classes"] == {"zero->zero": 1, "positive-equal": 0, "zero->positive": 0,
+                            "deeper": 0, "shallower": 1}
+    assert d["replay_agreement"]["episodes"] == 2 and d["replay_agreement"]["agree"] == 2
+    assert d["attribution"] == {"shallower": 1, "with_other_request_loss": 1}
+    assert d["supply"]["publications"] == 2 and d["supply"]["losses"] == 1
+
+
+def test_report_text_and_plot(tmp_path, capsys):
+    path = _write(tmp_path)
+    png = tmp_path / "out.png"
+    code, out, err = run_cli(capsys, "lineage", path, path, "--plot", str(png))
+    assert code == 0, err
+    assert out.count("SQL vs replay: 2/2") == 2 and "attribution: 1/1" in out
+    assert png.stat().st_size > 10_000
+
+
+def test_query_and_views(tmp_path, capsys):
+    path = _write(tmp_path)
+    code, out, _ = run_cli(capsys, "lineage", "query", path, "--sql",
+                           "SELECT request_id, class FROM episode_lineage ORDER BY 1")
+    assert code == 0
+    assert out.splitlines() == ["request_id\tclass", "a\tshallower", "b\tzero->zero"]
+    code, out, _ = run_cli(capsys, "lineage", "views")
+    assert code == 0
+    assert "episode_lineage:" in out and "j_enter" in out and "_flips" not in out
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["lineage", "/nonexistent.parquet"], "no such file"),
+    (["lineage", "query", "X", "Y", "--sql", "SELECT 1"], "exactly one PATH"),
+    (["lineage", "query", "X"], "needs --sql"),
+    (["lineage"], "at least one PATH"),
+])
+def test_bad_input_exits_2_with_one_line(capsys, argv, needle):
+    code, out, err = run_cli(capsys, *argv)
+    assert code == 2 and needle in err and len(err.strip().splitlines()) == 1
+
+
+def test_bad_sql_and_missing_meta(tmp_path, capsys):
+    path = _write(tmp_path)
+    code, _, err = run_cli(capsys, "lineage", "query", path, "--sql", "SELEC nope")
+    assert code == 2 and "--sql" in err
+    table = events_to_table(EVENTS, S2).replace_schema_metadata({})
+    bare = tmp_path / "bare.parquet"
+    pq.write_table(table, bare)
+    code, _, err = run_cli(capsys, "lineage", str(bare))
+    assert code == 2 and META_KEY.decode() in err
+
+
+def test_unaccepted_verdict_is_refused_unless_allowed(tmp_path, capsys):
+    meta = dict(S2, verdict={"accepted": False, "reason": "no END record"})
+    path = _write(tmp_path, meta)
+    code, _, err = run_cli(capsys, "lineage", path)
+    assert code == 2 and "no END record" in err
+    code, out, _ = run_cli(capsys, "lineage", path, "--allow-unverified")
+    assert code == 0 and "UNVERIFIED (no END record)" in out
+    code, out, _ = run_cli(capsys, "lineage", path, "--allow-unverified", "--json")
+    assert json.loads(out)["verification"] == {"verified": False, "reason": "no END record"}
+
+
+def test_binary_trace_without_tracer_reader_is_a_clear_error(tmp_path, capsys):
+    trace = tmp_path / "run.trace"
+    trace.write_bytes(b"\0" * 16)
+    code, _, err = run_cli(capsys, "lineage", str(trace))
+    assert code == 2 and len(err.strip().splitlines()) == 1
+
+
+def test_import_vllm_then_report(tmp_path, capsys):
+    import msgpack
+
+    stream = tmp_path / "kv.msgpack"
+    stream.write_bytes(
+        msgpack.packb([1.0, [["BlockStored", [5, 6], None, [], 16, None, "GPU"]]])
+        + msgpack.packb([2.0, [["BlockRemoved", [6], "GPU"]]]))
+    out_path = tmp_path / "kv.parquet"
+    code, _, err = run_cli(capsys, "lineage", "import-vllm", str(stream), str(out_path))
+    assert code == 0, err
+    code, out, _ = run_cli(capsys, "lineage", str(out_path), "--json")
+    d = json.loads(out)
+    assert code == 0 and d["episodes"] == 0
+    assert (d["supply"]["publications"], d["supply"]["losses"]) == (2, 1)
