@@ -264,14 +264,17 @@ class CachedOrganization(Organization):
         self.owner[blk.pool.name][blk.page] = None
 
     def _ckpt_pages(self, ck: Checkpoint) -> list[int]:
-        """Every pool page that carries references of ``ck`` (members, conv page or slab)."""
-        pages = [p for p in ck.members if p >= 0]
+        """Every pool page that carries references of ``ck``: the conv page or slab first, then
+        the SSM members. Releasing in this order lets a slab age in the LRU together with the
+        last checkpoint that used it, so an old slab is reclaimed with its cached occupants."""
+        pages = []
         if self.placement == ConvPlacement.PAGE and ck.conv >= 0:
             pages.append(ck.conv)
         elif self.placement == ConvPlacement.SLOT:
             ref = conv_slab.decode_line(ck.conv)
             if ref is not None:
                 pages.append(ref.page)
+        pages.extend(p for p in ck.members if p >= 0)
         return pages
 
     def _ckpt_pool(self) -> PagePool:
@@ -631,6 +634,10 @@ class CachedOrganization(Organization):
                            preemption_count=req.preemptions if req else 0, hash=ck.key,
                            **self._ckpt_fields(ck))
                 self._ckpt_unref(ck, None)
+
+    def release(self, request_id: str) -> None:
+        req = self._req(request_id)
+        self._release_all(req, Cause.NONE)
 
     def finish(self, request_id: str) -> None:
         req = self._req(request_id)

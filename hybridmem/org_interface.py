@@ -142,6 +142,10 @@ class Organization(ABC):
         """Pin decision for the rightmost complete checkpoint, then release every reference."""
 
     @abstractmethod
+    def release(self, request_id: str) -> None:
+        """Release every reference (e.g. a failed admission); the request stays waiting."""
+
+    @abstractmethod
     def finish(self, request_id: str) -> None:
         """Release every reference and pin of the request and forget it."""
 
