@@ -263,19 +263,19 @@ class CachedOrganization(Organization):
         self.live_blocks.discard(blk)
         self.owner[blk.pool.name][blk.page] = None
 
-    def _ckpt_pages(self, ck: Checkpoint) -> list[int]:
-        """Every pool page that carries references of ``ck``: the conv page or slab first, then
-        the SSM members. Releasing in this order lets a slab age in the LRU together with the
-        last checkpoint that used it, so an old slab is reclaimed with its cached occupants."""
-        pages = []
+    def _conv_pages(self, ck: Checkpoint) -> list[int]:
+        """The page carrying ``ck``'s conv state when it is not inside member 0."""
         if self.placement == ConvPlacement.PAGE and ck.conv >= 0:
-            pages.append(ck.conv)
-        elif self.placement == ConvPlacement.SLOT:
+            return [ck.conv]
+        if self.placement == ConvPlacement.SLOT:
             ref = conv_slab.decode_line(ck.conv)
             if ref is not None:
-                pages.append(ref.page)
-        pages.extend(p for p in ck.members if p >= 0)
-        return pages
+                return [ref.page]
+        return []
+
+    def _ckpt_pages(self, ck: Checkpoint) -> list[int]:
+        """Every pool page that carries references of ``ck``."""
+        return [p for p in ck.members if p >= 0] + self._conv_pages(ck)
 
     def _ckpt_pool(self) -> PagePool:
         return self.pool_for(StateKind.RECURRENT)
@@ -288,20 +288,34 @@ class CachedOrganization(Organization):
             pool.incref(p)
         ck.holders.add(holder)
 
-    def _ckpt_unref(self, ck: Checkpoint, holder: str | None) -> None:
-        """Drop one execution reference (``holder`` None: the pin)."""
-        if holder is None:
-            del self.pins[ck.ident]
-        else:
-            ck.holders.remove(holder)
-        dead = not ck.holders and ck.ident not in self.pins and not ck.key
-        pages = self._ckpt_pages(ck)
-        if dead and self.placement == ConvPlacement.SLOT:
-            self._clear_slot(ck)  # before the slab page can become free
+    def _ckpt_unref(self, cks: list[Checkpoint], holder: str | None) -> None:
+        """Drop one execution reference of each checkpoint in ``cks`` (``holder`` None: its pin).
+
+        Release order, for the LRU of cached pages::
+
+            S2   every slab of the batch, then every member    (a slab ages with the checkpoints
+                                                              released with it, so reclaiming
+                                                              it takes them all)
+            S1   every member, then every conv page            (a member page is reclaimed
+                                                              before its dedicated conv page)
+        """
         pool = self._ckpt_pool()
-        for p in pages:
+        dead = []
+        for ck in cks:
+            if holder is None:
+                del self.pins[ck.ident]
+            else:
+                ck.holders.remove(holder)
+            if not ck.holders and ck.ident not in self.pins and not ck.key:
+                dead.append(ck)
+        conv = [p for ck in cks for p in self._conv_pages(ck)]
+        members = [p for ck in cks for p in ck.members if p >= 0]
+        for ck in dead:
+            if self.placement == ConvPlacement.SLOT:
+                self._clear_slot(ck)  # before the slab page can become free
+        for p in (conv + members if self.placement == ConvPlacement.SLOT else members + conv):
             pool.decref(p)
-        if dead:
+        for ck in dead:
             self._forget_ckpt(ck)
 
     def _clear_slot(self, ck: Checkpoint) -> None:
@@ -554,12 +568,13 @@ class CachedOrganization(Organization):
         return published
 
     # == release, retention, pinning ===========================================================
-    def _release_ckpt(self, req: RequestState, ck: Checkpoint, cause: Cause) -> None:
-        self._emit(EventKind.RELEASE, request_id=req.request_id,
-                   preemption_count=req.preemptions, hash=ck.key, cause=cause,
-                   **self._ckpt_fields(ck))
-        req.retained.discard(ck.ident)
-        self._ckpt_unref(ck, req.request_id)
+    def _release_ckpts(self, req: RequestState, cks: list[Checkpoint], cause: Cause) -> None:
+        for ck in cks:
+            self._emit(EventKind.RELEASE, request_id=req.request_id,
+                       preemption_count=req.preemptions, hash=ck.key, cause=cause,
+                       **self._ckpt_fields(ck))
+            req.retained.discard(ck.ident)
+        self._ckpt_unref(cks, req.request_id)
 
     def release_superseded(self, request_id: str) -> list[int]:
         req = self._req(request_id)
@@ -584,13 +599,13 @@ class CachedOrganization(Organization):
                     kept.append(ck.key)
                     continue
             del req.ckpts[b]
-            self._release_ckpt(req, ck, Cause.NONE)
+            self._release_ckpts(req, [ck], Cause.NONE)
         return kept
 
     def _release_all(self, req: RequestState, cause: Cause) -> None:
         """Drop every execution reference, deepest first (so deeper entries are older in LRU)."""
-        for b in sorted(req.ckpts, reverse=True):
-            self._release_ckpt(req, req.ckpts.pop(b), cause)
+        self._release_ckpts(req, [req.ckpts.pop(b) for b in sorted(req.ckpts, reverse=True)],
+                            cause)
         while req.blocks:
             blk = req.blocks.pop()
             self._emit(EventKind.RELEASE, request_id=req.request_id,
@@ -633,7 +648,7 @@ class CachedOrganization(Organization):
                 self._emit(EventKind.UNPIN, request_id=request_id,
                            preemption_count=req.preemptions if req else 0, hash=ck.key,
                            **self._ckpt_fields(ck))
-                self._ckpt_unref(ck, None)
+                self._ckpt_unref([ck], None)
 
     def release(self, request_id: str) -> None:
         req = self._req(request_id)
@@ -673,9 +688,10 @@ class CachedOrganization(Organization):
             self.slabs.check_integrity()
         refs = self._expected_refs()
         for pool in self.pools():
+            got = pool.ref_counts()
             for page in range(pool.total):
                 want = refs.get((pool.name, page), 0)
-                if pool.refs(page) != want:
+                if got[page] != want:
                     raise AssertionError(
                         f"{self.name} pool {pool.name} page {page}: {pool.refs(page)} references"
                         f", holders and pins account for {want}")

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import struct
+from functools import lru_cache
 from collections.abc import Sequence
 
 from hybridmem.events import StateKind
@@ -31,7 +32,8 @@ ExtraKey = str | int | bytes
 NO_HASH = 0  # Event.hash of an entry without a key
 
 
-def _encode_extra(extra: Sequence[ExtraKey]) -> bytes:
+@lru_cache(maxsize=1024)
+def _encode_extra(extra: tuple[ExtraKey, ...]) -> bytes:
     out = bytearray(struct.pack("<I", len(extra)))
     for item in extra:
         if isinstance(item, bool) or not isinstance(item, (str, int, bytes)):
@@ -52,7 +54,7 @@ def chunk_hash(kind: StateKind, parent: int, token_ids: Sequence[int],
     h = hashlib.blake2b(digest_size=8)
     h.update(struct.pack("<BQI", int(kind), parent, len(token_ids)))
     h.update(struct.pack(f"<{len(token_ids)}q", *token_ids))
-    h.update(_encode_extra(extra))
+    h.update(_encode_extra(tuple(extra)))
     key = int.from_bytes(h.digest(), "big")
     return key or 1
 

@@ -20,7 +20,8 @@ from __future__ import annotations
 from collections import OrderedDict, deque
 from collections.abc import Callable
 
-# watcher(pool name, page, event) with event "ref0" (last reference dropped) or "take"
+# watcher(pool name, page, event): "ref0" (last reference dropped), "reclaim" (freed for reuse)
+# or "take" (handed out)
 Watcher = Callable[[str, int, str], None]
 
 
@@ -53,6 +54,10 @@ class PagePool:
 
     def refs(self, page: int) -> int:
         return self._refs[page]
+
+    def ref_counts(self) -> list[int]:
+        """A copy of every page's reference count, indexed by page id."""
+        return list(self._refs)
 
     def holds(self, page: int) -> int:
         return self._holds[page]
@@ -135,6 +140,8 @@ class PagePool:
             self._holds[page] = 0
             del self._cached[page]
             self._free.append(page)
+        if self.watcher is not None:
+            self.watcher(self.name, page, "reclaim")
 
     # -- integrity ---------------------------------------------------------------------------
     def check_integrity(self) -> None:

@@ -118,14 +118,14 @@ class Checker:
     def check_discoverable(self) -> None:
         """Complete checkpoint + invalidate before reuse over both indexes."""
         org = self.org
-        for key, blk in org.attn_index.items():
-            self._check_owned(blk.pool, blk.page, blk, _blk_name(blk), f"attention key {key:#x}")
+        for blk in org.attn_index.values():
+            self._check_owned(blk.pool, blk.page, blk, "attention block")
         for ck in org.rec_index.values():
             self.check_complete(ck, "discoverable")
             for p in ck.members:
-                self._check_owned(self.rpool, p, ck, _ck_name(ck), "SSM member")
+                self._check_owned(self.rpool, p, ck, "SSM member")
             if org.placement == ConvPlacement.PAGE:
-                self._check_owned(self.rpool, ck.conv, ck, _ck_name(ck), "conv page")
+                self._check_owned(self.rpool, ck.conv, ck, "conv page")
             elif org.placement == ConvPlacement.SLOT:
                 page = ck.conv // self._slots()
                 if self.rpool.is_free(page) or org.owner[self.rpool.name][page] != "slab":
@@ -135,12 +135,11 @@ class Checker:
                         f"{self.rpool.state(page)} and owned by "
                         f"{org.owner[self.rpool.name][page]!r}, not a slab")
 
-    def _check_owned(self, pool: PagePool, page: int, entry: object, name: str,
-                     what: str) -> None:
+    def _check_owned(self, pool: PagePool, page: int, entry: object, what: str) -> None:
         owner = self.org.owner[pool.name][page]
         if pool.is_free(page) or owner is not entry:
             raise InvariantViolation(
-                Invariant.INVALIDATE_BEFORE_REUSE, f"{pool.name} page {page}", name,
+                Invariant.INVALIDATE_BEFORE_REUSE, f"{pool.name} page {page}", _describe(entry),
                 f"{what} is discoverable but its page is {pool.state(page)} and owned by "
                 f"{_describe(owner)}")
 
@@ -169,9 +168,19 @@ class Checker:
             for p in self.ckpt_units(ck):
                 want[self.rpool.name, p] = want.get((self.rpool.name, p), 0) + 1
         for pool in org.pools():
+            expected = [0] * pool.total
+            for (name, page), n in want.items():
+                if name == pool.name:
+                    if not 0 <= page < pool.total:
+                        raise InvariantViolation(Invariant.PROTECTED_ACCESS, f"{name} page {page}",
+                                                 "-", "held storage outside the pool")
+                    expected[page] = n
+            got = pool.ref_counts()
+            if got == expected:
+                continue
             for page in range(pool.total):
-                need = want.get((pool.name, page), 0)
-                if pool.refs(page) != need:
+                need = expected[page]
+                if got[page] != need:
                     raise InvariantViolation(
                         Invariant.PROTECTED_ACCESS, f"{pool.name} page {page}",
                         _describe(org.owner[pool.name][page]),
@@ -230,7 +239,7 @@ class Checker:
                                          "attention block stored outside the attention pool")
         for ck in org.live_ckpts.values():
             for p in ck.members:
-                if p >= 0 and org.owner[self.rpool.name][p] is not ck:
+                if p >= self.rpool.total or (p >= 0 and org.owner[self.rpool.name][p] is not ck):
                     raise InvariantViolation(Invariant.STATIC_POOLS, f"recurrent unit {p}",
                                              _ck_name(ck), "checkpoint unit not owned in the "
                                              "recurrent pool")
@@ -249,6 +258,12 @@ class Checker:
                                      _describe(self.org.owner[pool][page]),
                                      "last execution reference dropped while an adoption of "
                                      "this page is in flight")
+        if event == "reclaim":
+            self._on_page = None
+            for entry in self._discoverable_pages().get((pool, page), ()):
+                raise InvariantViolation(Invariant.INVALIDATE_BEFORE_REUSE, f"{pool} page {page}",
+                                         entry, "page reclaimed for reuse while a discoverable "
+                                         "entry still depends on it")
         if event == "take":
             if self._on_page is None:  # indexes do not change between the takes of one call
                 self._on_page = self._discoverable_pages()

@@ -13,7 +13,7 @@ _COMMON = {"deadline": None, "database": None,
            "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large,
                                      HealthCheck.filter_too_much]}
 
-settings.register_profile("ci", max_examples=200, stateful_step_count=12, derandomize=True,
+settings.register_profile("ci", max_examples=200, stateful_step_count=30, derandomize=True,
                           **_COMMON)
 settings.register_profile("thorough", max_examples=2000, stateful_step_count=40, **_COMMON)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
