@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import hashlib
 import struct
-from functools import lru_cache
 from collections.abc import Sequence
+from functools import lru_cache
 
 from hybridmem.events import StateKind
 

@@ -221,12 +221,12 @@ class Checker:
             for slot, ident in enumerate(slab):
                 if ident is None:
                     continue
-                ck = org.live_ckpts.get(ident)
-                if ck is None or ck.conv != slots * page + slot:
+                occupant = org.live_ckpts.get(ident)
+                if occupant is None or occupant.conv != slots * page + slot:
                     raise InvariantViolation(
                         Invariant.VALID_LOCATION, f"line {slots * page + slot}",
                         f"checkpoint #{ident}", "slot occupied by a checkpoint that does not "
-                        f"point back to it ({None if ck is None else ck.conv})")
+                        f"point back to it ({None if occupant is None else occupant.conv})")
 
     def check_static_pools(self) -> None:
         org = self.org

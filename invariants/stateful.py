@@ -23,7 +23,7 @@ Every step also runs the App. D.2 invariant checkers through :class:`DebugOrgani
 from __future__ import annotations
 
 import random
-from functools import lru_cache
+from functools import cache
 from typing import Any
 
 from hypothesis import event, note
@@ -50,7 +50,7 @@ NUM_CONTEXTS = 2
 MAX_REQUESTS = 6
 
 
-@lru_cache(maxsize=None)
+@cache
 def _context(ctx: int) -> tuple[int, ...]:
     rng = random.Random(1000 + ctx)
     return tuple(rng.randrange(1, 50_000) for _ in range(3 * UNITS.d0_interval_tokens))
