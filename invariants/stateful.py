@@ -76,6 +76,7 @@ def expected_bytes(org: CachedOrganization, units: Units) -> int:
 class OrganizationMachine(RuleBasedStateMachine):
     ORG = "S2"
     units = UNITS
+    PIN_CHOICES: tuple[int | None, ...] = (None, 1, 1, 2, 3)  # K per program (None: Roff)
 
     def __init__(self) -> None:
         super().__init__()
@@ -102,10 +103,10 @@ class OrganizationMachine(RuleBasedStateMachine):
         high = 16 if self.ORG == "S0" else 48  # S0: one page per object
         return data.draw(st.integers(4 if self.ORG == "S0" else 6, high), label="pages")
 
-    @initialize(data=st.data(), pin_k=st.sampled_from([None, 1, 1, 2, 3]),
-                retention=st.booleans())
-    def setup(self, data: Any, pin_k: int | None, retention: bool) -> None:
+    @initialize(data=st.data(), retention=st.booleans())
+    def setup(self, data: Any, retention: bool) -> None:
         capacity = self.capacity(data)
+        pin_k = data.draw(st.sampled_from(self.PIN_CHOICES), label="pin_k")
         self.org = build(self.ORG, self.units, capacity, self.obs, pin_k=pin_k,
                          retention=retention)
         self.debug = DebugOrganization(self.org)
@@ -192,8 +193,9 @@ class OrganizationMachine(RuleBasedStateMachine):
     @precondition(lambda self: len(self.tokens) < MAX_REQUESTS)
     @rule(ctx=st.integers(0, NUM_CONTEXTS - 1), ctx_chunks=st.sampled_from([0, 1, 2, 2, 3]),
           tail=st.integers(1, 3), salt=st.sampled_from(["none", "none", "none", "team", "own"]),
-          rounds=st.integers(0, 4))
-    def arrive(self, ctx: int, ctx_chunks: int, tail: int, salt: str, rounds: int) -> None:
+          rounds=st.integers(0, 4), keep=st.booleans())
+    def arrive(self, ctx: int, ctx_chunks: int, tail: int, salt: str, rounds: int,
+               keep: bool) -> None:
         """A request over ``ctx_chunks`` recurrent chunks of a shared context plus a private
         tail is registered, admitted, and advanced ``rounds`` times."""
         assert self.debug is not None
@@ -210,7 +212,7 @@ class OrganizationMachine(RuleBasedStateMachine):
         note(f"{rid}: context {ctx} x {ctx_chunks} chunks + {tail_len}, salt {cache_salt}")
         assert self.debug.hash_chains(rid) == tuple(map(tuple, self._chains(rid))), \
             "organization hash chains differ from the model's"
-        self._admit(rid, 2, rounds)
+        self._admit(rid, 2, rounds, keep)
 
     @precondition(lambda self: bool(self.tokens))
     @rule(i=st.integers(0, 63))
@@ -222,11 +224,12 @@ class OrganizationMachine(RuleBasedStateMachine):
             f"lookup {rid}: org {hit.a_max, hit.r_max, hit.j} != model {self._oracle(rid)}"
 
     @precondition(lambda self: bool(self.waiting))
-    @rule(i=st.integers(0, 63), chunk=st.integers(1, 4), rounds=st.integers(0, 3))
-    def resume(self, i: int, chunk: int, rounds: int) -> None:
-        self._admit(self._pick(self.waiting, i), chunk, rounds)
+    @rule(i=st.integers(0, 63), chunk=st.integers(1, 4), rounds=st.integers(0, 3),
+          keep=st.booleans())
+    def resume(self, i: int, chunk: int, rounds: int, keep: bool) -> None:
+        self._admit(self._pick(self.waiting, i), chunk, rounds, keep)
 
-    def _admit(self, rid: str, chunk: int, rounds: int) -> None:
+    def _admit(self, rid: str, chunk: int, rounds: int, keep: bool) -> None:
         assert self.debug is not None and self.org is not None
         hit = self.debug.lookup(rid)
         want = self._oracle(rid)
@@ -245,7 +248,7 @@ class OrganizationMachine(RuleBasedStateMachine):
             self._to_waiting(rid)
             return
         for _ in range(rounds):
-            self._advance(rid, chunk)
+            self._advance(rid, chunk, keep)
 
     def _to_waiting(self, rid: str) -> None:
         self.running.discard(rid)
@@ -253,15 +256,17 @@ class OrganizationMachine(RuleBasedStateMachine):
         self.blocks_held[rid] = self.top[rid] = self.allocated[rid] = 0
 
     @precondition(lambda self: bool(self.running))
-    @rule(i=st.integers(0, 63), chunk=st.integers(1, 4), rounds=st.integers(1, 3))
-    def advance(self, i: int, chunk: int, rounds: int) -> None:
+    @rule(i=st.integers(0, 63), chunk=st.integers(1, 4), rounds=st.integers(1, 3),
+          keep=st.booleans())
+    def advance(self, i: int, chunk: int, rounds: int, keep: bool) -> None:
         rid = self._pick(self.running, i)
         for _ in range(rounds):
-            self._advance(rid, chunk)
+            self._advance(rid, chunk, keep)
 
-    def _advance(self, rid: str, chunk: int) -> None:
+    def _advance(self, rid: str, chunk: int, keep: bool) -> None:
         """One engine step: the held tokens are computed and published, superseded checkpoints
-        released (or retained), and the next chunk allocated."""
+        released (or retained) unless the engine ``keep``s them all, and the next chunk
+        allocated."""
         assert self.debug is not None and self.org is not None
         done = self.allocated[rid]
         self.debug.publish(rid, done)
@@ -274,7 +279,8 @@ class OrganizationMachine(RuleBasedStateMachine):
             if b <= done:
                 assert rec[b // self.gr - 1] in self.org.rec_index, \
                     f"{rid}: checkpoint {b} computed and held but not discoverable"
-        self.debug.release_superseded(rid)
+        if not keep:
+            self.debug.release_superseded(rid)
         n = min(len(self.tokens[rid]), done + chunk * self.gr // 2)
         if n > done:
             self._allocate(rid, n)

@@ -83,20 +83,24 @@ def d0_borrows_capacity(mp):
     mp.setattr(DualPools, "pool_for", pool_for)
 
 
-MUTANTS = [
+MUTANTS: list[tuple] = [
     ("a-slab-reclaim", slab_reclaim_keeps_other_checkpoints, ["S2"]),
     ("b-partial-hit", partial_checkpoint_is_a_hit, ["S1", "S2"]),
     ("c-sentinel-decoded", sentinel_decoded, ["S2"]),
-    ("d-pins-before-adoption", pins_released_before_adoption, ["S0", "S1", "S2", "D0"]),
+    ("d-pins-before-adoption", pins_released_before_adoption, ["S0", "S1", "S2", "D0"], (1,)),
     ("e-member-reassigned", member_reassigned_silently, ["S0", "S1", "S2", "D0"]),
     ("f-d0-borrows", d0_borrows_capacity, ["D0"]),
 ]
-CASES = [(name, mutate, org) for name, mutate, orgs in MUTANTS for org in orgs]
+CASES = [(m[0], m[1], org, m[3] if len(m) > 3 else None) for m in MUTANTS for org in m[2]]
 
 
-@pytest.mark.parametrize("name,mutate,org", CASES, ids=[f"{n}-{o}" for n, _, o in CASES])
-def test_mutant_is_killed(name, mutate, org, monkeypatch):
+@pytest.mark.parametrize("name,mutate,org,pins", CASES, ids=[f"{c[0]}-{c[2]}" for c in CASES])
+def test_mutant_is_killed(name, mutate, org, pins, monkeypatch):
+    """``pins``: the pinning thresholds the programs draw from (pinning on for (d))."""
+    machine = MACHINES[org]
+    if pins is not None:
+        machine = type(f"{org}Pinned", (machine,), {"PIN_CHOICES": pins})
     mutate(monkeypatch)
     with pytest.raises(AssertionError) as info:
-        run_state_machine_as_test(MACHINES[org], settings=MUTANT_SETTINGS)
+        run_state_machine_as_test(machine, settings=MUTANT_SETTINGS)
     print(f"{name} on {org}: killed by {type(info.value).__name__}: {info.value}")
