@@ -16,6 +16,7 @@ are all inactive but some discoverable is cached; an empty slab is returned to t
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NamedTuple
 
 NO_LINE = -1  # absent conv state; never decoded
@@ -62,10 +63,10 @@ class SlabTable:
     def slab_pages(self) -> list[int]:
         return [p for p, s in enumerate(self._slabs) if s is not None]
 
-    def free_slots(self, pages: set[int] | None = None) -> int:
-        """Empty slots in existing slabs (only those in ``pages`` when given)."""
+    def free_slots(self, include: Callable[[int], object] | None = None) -> int:
+        """Empty slots in existing slabs (only slabs whose page passes ``include``)."""
         return sum(self.slots_per_slab - self._used[p] for p in self._with_room
-                   if pages is None or p in pages)
+                   if include is None or include(p))
 
     def occupant(self, line: int) -> int | None:
         ref = decode_line(line, self.slots_per_slab)

@@ -81,8 +81,7 @@ class S2(SharedPoolOrganization):
         use (a cached slab may be reclaimed during the same allocation, so its room is not
         counted: the estimate is exact or one slab high)."""
         assert self.slabs is not None
-        in_use = {p for p in self.slabs.slab_pages() if self.pool.refs(p)}
-        room = self.slabs.free_slots(in_use)
+        room = self.slabs.free_slots(self.pool.refs)  # slabs with an active slot only
         return count * self.members + ceil_div(max(0, count - room), self.slabs.slots_per_slab)
 
 
