@@ -1,0 +1,216 @@
+"""Allocator throughput: operations per second for one fixed operation mix per organization.
+
+    PYTHONPATH=. python benchmarks/bench_allocator.py [--budget b63] [--requests 300] [--repeat 3]
+
+The mix is a small serving loop over a deterministic workload (seeded): 8 shared contexts,
+prompts of 1,000-6,000 tokens (about 60% shared prefix), at most 8 requests running. Per request:
+register, lookup, adopt; then per 512-token chunk: allocate, publish, release superseded
+checkpoints; finally finish (release). Admission waits while ``can_allocate`` fails, so
+allocations reclaim LRU cached storage (with invalidation); every 25 requests an explicit
+``evict(8)`` runs. Every call counts as one operation. Pools are the budget plan's
+(Falcon-H1-7B, per layer). Timing uses the NullObserver (the disabled trace path); the event mix
+is counted in a separate run with a recording observer.
+
+If vLLM is importable, the same mix (allocate, publish, lookup, adopt, release, reclaim) runs on
+``vllm.v1.core.block_pool.BlockPool`` with 512-token blocks and the ratio is printed. vLLM is not
+part of the hybridmem environment; without it that row says so and nothing is estimated.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+from hybridmem.budget import parse_budget, plan_budget
+from hybridmem.events import EventKind, NullObserver, Observer, RecordingObserver
+from hybridmem.geometry import load_geometry
+from hybridmem.organization import ORGANIZATIONS, make_organization
+from hybridmem.units import Units, derive_units
+
+CHUNK = 512
+MAX_RUNNING = 8
+
+
+def workload(n: int, seed: int = 0) -> list[list[int]]:
+    rng = random.Random(seed)
+    contexts = [[rng.randrange(1, 50_000) for _ in range(4096)] for _ in range(8)]
+    prompts = []
+    for i in range(n):
+        length = rng.randrange(1000, 6000)
+        shared = min(length - 1, int(length * 0.6))
+        tail = [100_000 + i * 10_000 + j for j in range(length - shared)]
+        prompts.append(contexts[rng.randrange(8)][:shared] + tail)
+    return prompts
+
+
+def run_mix(name: str, units: Units, budget: str, prompts: list[list[int]],
+            observer: Observer) -> int:
+    """Run the mix on a fresh organization; returns the number of operations."""
+    org = make_organization(name, units, plan_budget(units, parse_budget(budget, units)),
+                            observer)
+    ops = 0
+    waiting = list(range(len(prompts)))
+    running: dict[str, int] = {}  # request id -> tokens allocated
+    done = 0
+    while waiting or running:
+        while waiting and len(running) < MAX_RUNNING:
+            i = waiting[0]
+            rid = f"r{i}"
+            if rid not in org.requests:
+                org.add_request(rid, prompts[i])
+                ops += 1
+            hit = org.lookup(rid)
+            org.adopt(rid, hit)
+            n = min(len(prompts[i]), hit.j + CHUNK)
+            ops += 3
+            if not org.allocate(rid, n).ok:
+                org.release(rid)
+                ops += 1
+                break
+            waiting.pop(0)
+            running[rid] = n
+        if not running:
+            raise RuntimeError(f"{name}: a {len(prompts[waiting[0]])}-token request cannot "
+                               f"be admitted into an empty {budget} pool")
+        for rid in list(running):
+            n = running[rid]
+            org.publish(rid, n)
+            org.release_superseded(rid)
+            ops += 2
+            total = len(org.requests[rid].tokens)
+            if n >= total:
+                org.finish(rid)
+                del running[rid]
+                ops += 1
+                done += 1
+                if done % 25 == 0:
+                    org.evict(8)
+                    ops += 1
+                continue
+            ops += 1
+            if org.allocate(rid, min(total, n + CHUNK)).ok:
+                running[rid] = min(total, n + CHUNK)
+            elif len(running) > 1:  # out of storage: preempt it (recompute later)
+                org.preempt(rid)
+                ops += 1
+                del running[rid]
+                waiting.insert(0, int(rid[1:]))
+    org.check_integrity()
+    return ops
+
+
+def timed(fn: Callable[[], int], repeat: int) -> tuple[int, float]:
+    best = float("inf")
+    ops = 0
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        ops = fn()
+        best = min(best, time.perf_counter() - t0)
+    return ops, best
+
+
+def vllm_mix(prompts: list[list[int]], num_blocks: int) -> tuple[int, float] | str:
+    """The same mix on vLLM's BlockPool; a string says why it did not run."""
+    try:
+        from vllm.v1.core import block_pool as vbp
+    except ImportError as exc:
+        return f"not run: vLLM is not importable here ({exc.name})"
+    import inspect
+
+    from hybridmem.events import StateKind
+    from hybridmem.hashing import hash_chain
+
+    params = inspect.signature(vbp.BlockPool).parameters
+    kwargs: dict[str, Any] = {"num_gpu_blocks": num_blocks, "enable_caching": True}
+    if "hash_block_size" in params:
+        kwargs["hash_block_size"] = CHUNK
+    pool = vbp.BlockPool(**kwargs)
+    touch_takes_tuple = "tuple" in str(inspect.signature(pool.touch))  # newer vLLM: per group
+    published: dict[bytes, tuple[Any, int]] = {}  # key -> (block, allocation generation)
+    generation: dict[int, int] = {}
+
+    def run() -> int:
+        ops = 0
+        published.clear()
+        for prompt in prompts:  # sequential: lookup, adopt (touch), allocate, publish, free
+            keys = [k.to_bytes(8, "big") for k in
+                    hash_chain(StateKind.ATTENTION, prompt, CHUNK)]
+            hit = []
+            for key in keys:
+                entry = published.get(key)
+                if entry is None or generation.get(entry[0].block_id) != entry[1]:
+                    break  # never published, or its block was reallocated since
+                hit.append(entry[0])
+            ops += 1
+            pool.touch((hit,) if touch_takes_tuple else hit)
+            ops += 1
+            need = -(-len(prompt) // CHUNK) - len(hit)
+            if need > pool.get_num_free_blocks():
+                pool.free_blocks(hit)
+                ops += 1
+                continue
+            new = pool.get_new_blocks(need)  # reclaims the oldest free blocks
+            for blk in new:
+                generation[blk.block_id] = generation.get(blk.block_id, 0) + 1
+            ops += 1
+            for key, blk in zip(keys[len(hit):], new, strict=False):
+                published[key] = (blk, generation[blk.block_id])  # publication (outside vLLM)
+            ops += 1
+            pool.free_blocks(list(reversed(hit + new)))
+            ops += 1
+        return ops
+
+    try:
+        return timed(run, 1)
+    except (TypeError, AttributeError) as exc:  # an API this adapter does not know
+        return f"not run: vLLM BlockPool API differs from the adapter ({exc})"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    ap.add_argument("--budget", default="b63")
+    ap.add_argument("--requests", type=int, default=300)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--model", default="falcon-h1-7b")
+    args = ap.parse_args(argv)
+    units = derive_units(load_geometry(args.model))
+    prompts = workload(args.requests)
+    print(f"model {args.model}, budget {args.budget}, {args.requests} requests, "
+          f"{sum(map(len, prompts))} prompt tokens, best of {args.repeat}", file=sys.stderr)
+    rows = []
+    for name in ORGANIZATIONS:
+        rec = RecordingObserver()
+        run_mix(name, units, args.budget, prompts, rec)
+        mix = Counter(e.kind for e in rec.events)
+        hits = sum(1 for e in rec.events if e.kind == EventKind.ADOPTION and e.depth)
+        def once(name: str = name) -> int:
+            return run_mix(name, units, args.budget, prompts, NullObserver())
+
+        ops, secs = timed(once, args.repeat)
+        rows.append((name, ops, secs, mix[EventKind.PUBLICATION], mix[EventKind.LOSS], hits,
+                     mix[EventKind.PREEMPTION] + sum(1 for e in rec.events
+                                                     if e.kind == EventKind.PIN)))
+        print(f"  {name} done", file=sys.stderr)
+    print(f"{'org':<5}{'ops':>8}{'seconds':>10}{'ops/s':>10}{'us/op':>8}"
+          f"{'publications':>14}{'losses':>8}{'hits':>6}")
+    for name, ops, secs, pubs, losses, hits, _ in rows:
+        print(f"{name:<5}{ops:>8}{secs:>10.3f}{ops / secs:>10.0f}{1e6 * secs / ops:>8.1f}"
+              f"{pubs:>14}{losses:>8}{hits:>6}")
+    plan = plan_budget(units, parse_budget(args.budget, units))
+    result = vllm_mix(prompts, plan.s2.pages)
+    if isinstance(result, str):
+        print(f"vLLM BlockPool: {result}")
+    else:
+        ops, secs = result
+        print(f"vLLM BlockPool (512-token blocks, attention only): {ops / secs:.0f} ops/s; "
+              + ", ".join(f"{n}/vLLM {(o / s) / (ops / secs):.2f}" for n, o, s, *_ in rows))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

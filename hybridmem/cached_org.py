@@ -1,0 +1,712 @@
+"""The lifetime rules all four organizations share (§3.1, App. B.2, D.2-D.3).
+
+:class:`CachedOrganization` owns the request tables, the two discoverable indexes (attention key
+-> block, recurrent key -> checkpoint), execution references, pins, retention and LRU reclaim.
+Subclasses (:mod:`hybridmem.orgs`) only say how a block and a checkpoint map onto storage:
+members per checkpoint, where the conv state lives, and which pool serves which kind.
+
+Lifetime of one storage unit::
+
+    take ----> in use ----(last reference dropped)----> cached ----(reclaim)----> free
+      ^          |  ^                                     |                        |
+      |          |  +---------(adopted: incref)-----------+                        |
+      |          +--(last reference, nothing discoverable)------------------------>+
+      +-----------------------------------------------------------------------------+
+
+Reclaiming a cached unit first detaches it from every entry that depends on it (a member page:
+its checkpoint; a slab: every checkpoint with a slot in it), invalidates each entry that is no
+longer complete (LOSS event, its other units released), and only then frees the unit for reuse.
+
+Demand (for pinning K and retention K = 2) counts distinct requesters per recurrent key: the
+producer at publication (owner registration), the preempted owner, and every request whose
+lookup found the checkpoint resident (hit evidence). The same requester never counts twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from hybridmem import checkpoint as ckpt_mod
+from hybridmem import conv_slab
+from hybridmem.checkpoint import MISSING_PAGE, Checkpoint, ConvPlacement
+from hybridmem.conv_slab import NO_LINE, SlabTable
+from hybridmem.events import Cause, Event, EventKind, NullObserver, Observer, Outcome, StateKind
+from hybridmem.geometry import ceil_div
+from hybridmem.hashing import extra_keys, hash_chain
+from hybridmem.org_interface import (
+    AllocationResult,
+    CheckpointHit,
+    Held,
+    LookupResult,
+    Need,
+    Organization,
+    PinDecision,
+)
+from hybridmem.page_pool import PagePool
+
+RETENTION_K = 2  # producer-side retention demand threshold (Q8/Q9)
+PIN_THRESHOLDS = {"Roff": None, "R0": 3, "R1": 2, "R2": 1}  # App. B.2 distinct-requester K
+
+
+@dataclass(eq=False)
+class Block:
+    """One attention unit (512 tokens shared, 16 tokens D0) on one page of ``pool``."""
+
+    pool: PagePool
+    page: int
+    depth: int  # tokens: end boundary of the block
+    key: int = 0  # cache key while discoverable, else 0
+    holders: set[str] = field(default_factory=set)  # request ids with an execution reference
+
+
+@dataclass(eq=False)
+class RequestState:
+    """Per-request tables. Only the organization mutates them."""
+
+    request_id: str
+    tokens: list[int]
+    salt: str | None
+    attn_chain: list[int]
+    rec_chain: list[int]
+    blocks: list[Block] = field(default_factory=list)  # block i covers [i g_a, (i + 1) g_a)
+    ckpts: dict[int, Checkpoint] = field(default_factory=dict)  # boundary -> held checkpoint
+    ckpt_top: int = 0  # highest checkpoint boundary held or adopted
+    computed: int = 0  # tokens whose state is written
+    preemptions: int = 0
+    retained: set[int] = field(default_factory=set)  # checkpoint idents exempt from release
+
+    @property
+    def holds_storage(self) -> bool:
+        return bool(self.blocks or self.ckpts)
+
+
+class CachedOrganization(Organization):
+    name = "?"
+    members = 1  # SSM member units per checkpoint
+    placement = ConvPlacement.INSIDE
+
+    def __init__(self, attention_grid: int, recurrent_grid: int, observer: Observer | None = None,
+                 pin_k: int | None = None, pin_budget: int | None = None,
+                 retention: bool = False) -> None:
+        if recurrent_grid % attention_grid:
+            raise ValueError(f"recurrent grid {recurrent_grid} is not a multiple of the "
+                             f"attention grid {attention_grid}")
+        if pin_k is not None and pin_k < 1:
+            raise ValueError(f"pin threshold K must be >= 1 or None (off), got {pin_k}")
+        self.attention_grid = attention_grid
+        self.recurrent_grid = recurrent_grid
+        self.observer: Observer = observer if observer is not None else NullObserver()
+        self._emitting = not isinstance(self.observer, NullObserver)
+        self.pin_k = pin_k
+        self.pin_budget = pin_budget
+        self.retention = retention
+        self.step = -1  # scheduler step stamped on events; the engine sets it
+        self.requests: dict[str, RequestState] = {}
+        self.attn_index: dict[int, Block] = {}  # discoverable attention keys
+        self.rec_index: dict[int, Checkpoint] = {}  # discoverable recurrent keys
+        self.pins: dict[int, tuple[Checkpoint, str]] = {}  # ident -> (checkpoint, owner)
+        self.demand: dict[int, set[str]] = {}  # recurrent key -> distinct requesters
+        self.live_blocks: set[Block] = set()  # blocks with storage
+        self.live_ckpts: dict[int, Checkpoint] = {}  # ident -> checkpoint with storage
+        self.slabs: SlabTable | None = None
+        self.owner: dict[str, list[object | None]] = {}  # pool name -> page -> entry / "slab"
+        self._next_ident = 0
+
+    # == storage layout (subclasses) ===========================================================
+    def pool_for(self, kind: StateKind, need: int = 0) -> PagePool:
+        raise NotImplementedError
+
+    def pools(self) -> list[PagePool]:
+        raise NotImplementedError
+
+    def _unit_bytes(self, pool: PagePool) -> int:
+        raise NotImplementedError
+
+    def _ckpt_units(self, count: int) -> int:
+        """Pure: recurrent units ``count`` new checkpoints need (S2 adds new slabs)."""
+        return count * (self.members + (self.placement == ConvPlacement.PAGE))
+
+    # == events ================================================================================
+    def _emit(self, kind: EventKind, **fields: object) -> None:
+        if self._emitting:
+            self.observer.on_event(Event(kind, step=self.step, **fields))  # type: ignore[arg-type]
+
+    def _ckpt_fields(self, ck: Checkpoint) -> dict[str, object]:
+        return {"state_kind": StateKind.RECURRENT, "depth": ck.boundary, "page": ck.home_page,
+                "line": ck.home_line}
+
+    # == requests ==============================================================================
+    def _req(self, request_id: str) -> RequestState:
+        try:
+            return self.requests[request_id]
+        except KeyError:
+            raise ValueError(f"unknown request {request_id!r}") from None
+
+    def add_request(self, request_id: str, token_ids: Sequence[int],
+                    cache_salt: str | None = None) -> None:
+        if request_id in self.requests:
+            raise ValueError(f"request {request_id!r} is already registered")
+        tokens = list(token_ids)
+        extra = extra_keys(cache_salt)
+        self.requests[request_id] = RequestState(
+            request_id, tokens, cache_salt,
+            hash_chain(StateKind.ATTENTION, tokens, self.attention_grid, extra),
+            hash_chain(StateKind.RECURRENT, tokens, self.recurrent_grid, extra))
+
+    def append_tokens(self, request_id: str, token_ids: Sequence[int]) -> None:
+        req = self._req(request_id)
+        req.tokens.extend(token_ids)
+        extra = extra_keys(req.salt)
+        for chain, kind, grid in ((req.attn_chain, StateKind.ATTENTION, self.attention_grid),
+                                  (req.rec_chain, StateKind.RECURRENT, self.recurrent_grid)):
+            start = len(chain) * grid
+            chain.extend(hash_chain(kind, req.tokens, grid, extra,
+                                    parent=chain[-1] if chain else 0, start=start))
+
+    def hash_chains(self, request_id: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        req = self._req(request_id)
+        return tuple(req.attn_chain), tuple(req.rec_chain)
+
+    # == lookup and adoption ===================================================================
+    def _complete(self, ck: Checkpoint) -> bool:
+        return ckpt_mod.is_complete(ck, self.members)
+
+    def lookup(self, request_id: str) -> LookupResult:
+        """Joint reuse over boundaries ``b <= len(tokens) - 1`` (one token is always computed)::
+
+            attention  [blk0][blk1][blk2][ -- ]          contiguous valid prefix: 3 blocks
+            recurrent        ^512  x1024 ^1536           complete checkpoints at 512 and 1536
+            a_max = 1536, r_max = 1536, j = 1536         (on a 512 grid)
+        """
+        req = self._req(request_id)
+        ga, gr = self.attention_grid, self.recurrent_grid
+        limit = len(req.tokens) - 1
+        n_attn = 0
+        for i, key in enumerate(req.attn_chain):
+            if (i + 1) * ga > limit or key not in self.attn_index:
+                break
+            n_attn = i + 1
+        a_max = (n_attn * ga) // gr * gr
+        r_max = j = 0
+        j_ckpt: Checkpoint | None = None
+        for i, key in enumerate(req.rec_chain):
+            b = (i + 1) * gr
+            if b > limit:
+                break
+            ck = self.rec_index.get(key)
+            if ck is None or not self._complete(ck):
+                continue
+            self.demand.setdefault(key, set()).add(request_id)  # resident hit evidence
+            r_max = b
+            if b <= a_max:
+                j, j_ckpt = b, ck
+        n_blocks = j // ga
+        keys = tuple(req.attn_chain[:n_blocks])
+        hit = None
+        if j_ckpt is not None:
+            hit = CheckpointHit(j_ckpt.key, j, tuple(j_ckpt.members), j_ckpt.conv)
+        return LookupResult(request_id, a_max, r_max, j,
+                            tuple(self.attn_index[k].page for k in keys), keys, hit)
+
+    def adopt(self, request_id: str, hit: LookupResult) -> None:
+        req = self._req(request_id)
+        if hit.request_id != request_id:
+            raise ValueError(f"hit of {hit.request_id!r} adopted by {request_id!r}")
+        if req.holds_storage:
+            raise ValueError(f"request {request_id!r} already holds storage; adopt only when "
+                             "waiting")
+        blocks = []
+        for key, page in zip(hit.block_keys, hit.blocks, strict=True):
+            blk = self.attn_index.get(key)
+            if blk is None or blk.page != page:
+                raise ValueError(f"stale hit: attention key {key:#x} no longer on page {page}")
+            blocks.append(blk)
+        ck = None
+        if hit.checkpoint is not None:
+            ck = self.rec_index.get(hit.checkpoint.key)
+            if ck is None or tuple(ck.members) != hit.checkpoint.members \
+                    or ck.conv != hit.checkpoint.conv:
+                raise ValueError(f"stale hit: checkpoint {hit.checkpoint.key:#x} at "
+                                 f"{hit.checkpoint.boundary} changed since lookup")
+        # 1. execution references on everything the request will read ...
+        for blk in blocks:
+            self._block_ref(blk, request_id)
+            req.blocks.append(blk)
+        if ck is not None:
+            self._ckpt_ref(ck, request_id)
+            req.ckpts[hit.j] = ck
+        req.ckpt_top = req.computed = hit.j
+        # 2. ... and only then the pins that protected it across preemption are released.
+        self._unpin_owned(request_id)
+        self._emit(EventKind.ADOPTION, request_id=request_id, preemption_count=req.preemptions,
+                   hash=ck.key if ck is not None else 0, depth=hit.j,
+                   state_kind=StateKind.RECURRENT if ck is not None else StateKind.NONE,
+                   page=ck.home_page if ck is not None else -1,
+                   line=ck.home_line if ck is not None else -1)
+
+    # == references ============================================================================
+    def _block_ref(self, blk: Block, holder: str) -> None:
+        assert holder not in blk.holders, f"{holder} already references block {blk.page}"
+        blk.pool.incref(blk.page)
+        blk.holders.add(holder)
+
+    def _block_unref(self, blk: Block, holder: str) -> None:
+        blk.holders.remove(holder)
+        blk.pool.decref(blk.page)
+        if not blk.holders and not blk.key:
+            self._forget_block(blk)
+
+    def _forget_block(self, blk: Block) -> None:
+        assert blk.pool.is_free(blk.page), f"block on page {blk.page} forgotten while its " \
+            "page is not free; this indicates a reference or hold leak"
+        self.live_blocks.discard(blk)
+        self.owner[blk.pool.name][blk.page] = None
+
+    def _conv_pages(self, ck: Checkpoint) -> list[int]:
+        """The page carrying ``ck``'s conv state when it is not inside member 0."""
+        if self.placement == ConvPlacement.PAGE and ck.conv >= 0:
+            return [ck.conv]
+        if self.placement == ConvPlacement.SLOT:
+            ref = conv_slab.decode_line(ck.conv)
+            if ref is not None:
+                return [ref.page]
+        return []
+
+    def _ckpt_pages(self, ck: Checkpoint) -> list[int]:
+        """Every pool page that carries references of ``ck``."""
+        return [p for p in ck.members if p >= 0] + self._conv_pages(ck)
+
+    def _ckpt_pool(self) -> PagePool:
+        return self.pool_for(StateKind.RECURRENT)
+
+    def _ckpt_ref(self, ck: Checkpoint, holder: str) -> None:
+        assert holder not in ck.holders, f"{holder} already references checkpoint {ck.ident}"
+        assert self._complete(ck), f"reference to incomplete checkpoint {ck.ident}"
+        pool = self._ckpt_pool()
+        for p in self._ckpt_pages(ck):
+            pool.incref(p)
+        ck.holders.add(holder)
+
+    def _ckpt_unref(self, cks: list[Checkpoint], holder: str | None) -> None:
+        """Drop one execution reference of each checkpoint in ``cks`` (``holder`` None: its pin).
+
+        Release order, for the LRU of cached pages::
+
+            S2   every slab of the batch, then every member    (a slab ages with the checkpoints
+                                                              released with it, so reclaiming
+                                                              it takes them all)
+            S1   every member, then every conv page            (a member page is reclaimed
+                                                              before its dedicated conv page)
+        """
+        pool = self._ckpt_pool()
+        dead = []
+        for ck in cks:
+            if holder is None:
+                del self.pins[ck.ident]
+            else:
+                ck.holders.remove(holder)
+            if not ck.holders and ck.ident not in self.pins and not ck.key:
+                dead.append(ck)
+        conv = [p for ck in cks for p in self._conv_pages(ck)]
+        members = [p for ck in cks for p in ck.members if p >= 0]
+        for ck in dead:
+            if self.placement == ConvPlacement.SLOT:
+                self._clear_slot(ck)  # before the slab page can become free
+        for p in (conv + members if self.placement == ConvPlacement.SLOT else members + conv):
+            pool.decref(p)
+        for ck in dead:
+            self._forget_ckpt(ck)
+
+    def _clear_slot(self, ck: Checkpoint) -> None:
+        assert self.slabs is not None
+        ref = self.slabs.clear(ck.conv)
+        if ref is not None and self.slabs.used(ref.page) == 0:
+            self.slabs.remove_slab(ref.page)
+            self.owner[self._ckpt_pool().name][ref.page] = None
+
+    def _forget_ckpt(self, ck: Checkpoint) -> None:
+        del self.live_ckpts[ck.ident]
+        owners = self.owner[self._ckpt_pool().name]
+        for p in ck.members:
+            if p >= 0:
+                owners[p] = None
+        if self.placement == ConvPlacement.PAGE and ck.conv >= 0:
+            owners[ck.conv] = None
+
+    # == allocation ============================================================================
+    def _growth(self, req: RequestState, num_tokens: int) -> tuple[int, list[int]]:
+        """New blocks and new checkpoint boundaries to hold ``num_tokens`` tokens::
+
+            num_tokens = 1300, grid 512:  blocks [0,512) [512,1024) [1024,1536)
+                                          checkpoints 512, 1024, 1536 (the last is the
+                                          destination the running state is computed into)
+        """
+        if num_tokens > len(req.tokens):
+            raise ValueError(f"request {req.request_id!r}: cannot allocate {num_tokens} tokens, "
+                             f"only {len(req.tokens)} are known")
+        if num_tokens < 0:
+            raise ValueError(f"num_tokens must be >= 0, got {num_tokens}")
+        blocks = max(0, ceil_div(num_tokens, self.attention_grid) - len(req.blocks))
+        gr = self.recurrent_grid
+        top = ceil_div(num_tokens, gr) * gr
+        return blocks, list(range(req.ckpt_top + gr, top + 1, gr))
+
+    def pages_needed(self, request_id: str, num_tokens: int) -> Need:
+        blocks, bounds = self._growth(self._req(request_id), num_tokens)
+        return Need(blocks, self._ckpt_units(len(bounds)))
+
+    def can_allocate(self, request_id: str, num_tokens: int) -> bool:
+        need = self.pages_needed(request_id, num_tokens)
+        return self._fits(need)
+
+    def _fits(self, need: Need) -> bool:
+        apool = self.pool_for(StateKind.ATTENTION, need.attention)
+        rpool = self.pool_for(StateKind.RECURRENT, need.recurrent)
+        if apool is rpool:
+            return need.total <= apool.num_available
+        return need.attention <= apool.num_available and need.recurrent <= rpool.num_available
+
+    def available(self) -> Need:
+        return Need(self.pool_for(StateKind.ATTENTION).num_available,
+                    self.pool_for(StateKind.RECURRENT).num_available)
+
+    def allocate(self, request_id: str, num_tokens: int) -> AllocationResult:
+        req = self._req(request_id)
+        n_blocks, bounds = self._growth(req, num_tokens)
+        need = Need(n_blocks, self._ckpt_units(len(bounds)))
+        avail = self.available()
+        ok = self._fits(need)
+        self._emit_allocation(req, need, avail, ok)
+        if not ok:
+            return AllocationResult(False, need, avail)
+        apool = self.pool_for(StateKind.ATTENTION, need.attention)
+        rpool = self.pool_for(StateKind.RECURRENT, need.recurrent)
+        if apool is rpool:
+            self._make_free(apool, need.total, request_id)
+        else:
+            self._make_free(apool, need.attention, request_id)
+            self._make_free(rpool, need.recurrent, request_id)
+        for _ in range(n_blocks):
+            page = apool.take()
+            blk = Block(apool, page, (len(req.blocks) + 1) * self.attention_grid, 0, {request_id})
+            self.owner[apool.name][page] = blk
+            self.live_blocks.add(blk)
+            req.blocks.append(blk)
+        for b in bounds:
+            ck = self._new_checkpoint(rpool, b, request_id)
+            self.live_ckpts[ck.ident] = ck
+            req.ckpts[b] = ck
+            req.ckpt_top = b
+        return AllocationResult(True, need, avail)
+
+    def _emit_allocation(self, req: RequestState, need: Need, avail: Need, ok: bool) -> None:
+        outcome = Outcome.OK if ok else Outcome.REJECTED
+        common = {"request_id": req.request_id, "preemption_count": req.preemptions,
+                  "requester": req.request_id, "outcome": outcome}
+        if self.pool_for(StateKind.ATTENTION) is self.pool_for(StateKind.RECURRENT):
+            self._emit(EventKind.ALLOCATION, need=need.total, free=avail.attention, **common)
+        else:  # D0: one event per pool; both carry the overall outcome
+            self._emit(EventKind.ALLOCATION, need=need.attention, free=avail.attention,
+                       state_kind=StateKind.ATTENTION, **common)
+            self._emit(EventKind.ALLOCATION, need=need.recurrent, free=avail.recurrent,
+                       state_kind=StateKind.RECURRENT, **common)
+
+    def _new_checkpoint(self, pool: PagePool, boundary: int, holder: str) -> Checkpoint:
+        owners = self.owner[pool.name]
+        ck = Checkpoint(self._next_ident, boundary, [], NO_LINE, holders={holder})
+        self._next_ident += 1
+        for _ in range(self.members):
+            page = pool.take()
+            owners[page] = ck
+            ck.members.append(page)
+        if self.placement == ConvPlacement.INSIDE:
+            ck.conv = ck.members[0]
+        elif self.placement == ConvPlacement.PAGE:
+            ck.conv = pool.take()
+            owners[ck.conv] = ck
+        else:
+            assert self.slabs is not None
+            slab = self.slabs.slab_with_room()
+            if slab is None:
+                slab = pool.take()  # the new slab's first reference is this slot's
+                owners[slab] = "slab"
+                self.slabs.add_slab(slab)
+            else:
+                pool.incref(slab)
+            ck.conv = self.slabs.place(slab, ck.ident)
+            ck.home_line = ck.conv
+        ck.home_page = ck.members[0]
+        return ck
+
+    # == reclaim and invalidation ==============================================================
+    def _make_free(self, pool: PagePool, need: int, requester: str) -> None:
+        while pool.num_free < need:
+            page = pool.oldest_cached()
+            assert page is not None, f"pool {pool.name}: {pool.num_free} free, need {need}, " \
+                "nothing cached; this indicates can_allocate and allocate disagree"
+            self._reclaim(pool, page, Cause.ALLOCATION, requester)
+
+    def _detach(self, pool: PagePool, page: int) -> list[Block | Checkpoint]:
+        """Cut ``page`` out of every entry stored on it; return those entries.
+
+        A member page becomes MISSING_PAGE in its checkpoint; a reclaimed slab sets the conv
+        line of every checkpoint with a slot in it to NO_LINE.
+        """
+        entry = self.owner[pool.name][page]
+        if entry == "slab":
+            assert self.slabs is not None
+            deps: list[Block | Checkpoint] = []
+            for _line, ident in self.slabs.remove_slab(page):
+                ck = self.live_ckpts[ident]
+                ck.conv = NO_LINE
+                deps.append(ck)
+            return deps
+        if isinstance(entry, Block):
+            return [entry]
+        assert isinstance(entry, Checkpoint), f"cached page {page} of pool {pool.name} has no " \
+            "owner; this indicates a lost ownership record"
+        entry.members = [MISSING_PAGE if p == page else p for p in entry.members]
+        if entry.conv == page:
+            entry.conv = NO_LINE
+        return [entry]
+
+    def _reclaim(self, pool: PagePool, page: int, cause: Cause, requester: str) -> None:
+        """Free the cached ``page``: detach it, invalidate every entry that is no longer
+        complete, and only then let the pool hand the page out again."""
+        slab = self.slabs is not None and self.owner[pool.name][page] == "slab"
+        for entry in self._detach(pool, page):
+            if isinstance(entry, Block):
+                self._lose_block(entry, cause, requester)
+            elif not self._complete(entry):
+                self._lose_ckpt(entry, Cause.SLAB_RECLAIM if slab else cause, requester)
+        pool.reclaim(page)
+        self.owner[pool.name][page] = None
+
+    def _lose_block(self, blk: Block, cause: Cause, requester: str) -> None:
+        key = blk.key
+        del self.attn_index[key]
+        blk.key = 0
+        self._emit(EventKind.LOSS, hash=key, depth=blk.depth, state_kind=StateKind.ATTENTION,
+                   page=blk.page, cause=cause, requester=requester)
+        blk.pool.unhold(blk.page)
+        if not blk.holders:
+            self._forget_block(blk)
+
+    def _lose_ckpt(self, ck: Checkpoint, cause: Cause, requester: str) -> None:
+        key = ck.key
+        fields = self._ckpt_fields(ck)
+        del self.rec_index[key]
+        self.demand.pop(key, None)
+        ck.key = 0
+        self._emit(EventKind.LOSS, hash=key, cause=cause, requester=requester, **fields)
+        pool = self._ckpt_pool()
+        held = bool(ck.holders) or ck.ident in self.pins
+        if not held and self.placement == ConvPlacement.SLOT:
+            self._clear_slot(ck)  # the sentinel (slab already gone) clears nothing
+        for p in self._ckpt_pages(ck):
+            pool.unhold(p)
+        if not held:
+            self._forget_ckpt(ck)
+
+    def evict(self, num_units: int) -> int:
+        done = 0
+        for pool in self.pools():
+            while done < num_units and pool.num_cached:
+                page = pool.oldest_cached()
+                assert page is not None
+                self._reclaim(pool, page, Cause.EVICTION, "")
+                done += 1
+        return done
+
+    def invalidate(self, key: int) -> bool:
+        if key in self.attn_index:
+            self._lose_block(self.attn_index[key], Cause.INVALIDATION, "")
+            return True
+        if key in self.rec_index:
+            self._lose_ckpt(self.rec_index[key], Cause.INVALIDATION, "")
+            return True
+        return False
+
+    # == publication ===========================================================================
+    def publish(self, request_id: str, num_computed: int) -> list[int]:
+        req = self._req(request_id)
+        if num_computed > len(req.tokens):
+            raise ValueError(f"request {request_id!r}: {num_computed} computed tokens but only "
+                             f"{len(req.tokens)} known")
+        req.computed = max(req.computed, num_computed)
+        published = []
+        for i, blk in enumerate(req.blocks):
+            if blk.depth > req.computed:
+                break
+            key = req.attn_chain[i]
+            if blk.key or key in self.attn_index:
+                continue  # already discoverable (adopted or another request's copy)
+            blk.key = key
+            self.attn_index[key] = blk
+            blk.pool.hold(blk.page)
+            published.append(key)
+            self._emit(EventKind.PUBLICATION, request_id=request_id,
+                       preemption_count=req.preemptions, hash=key, depth=blk.depth,
+                       state_kind=StateKind.ATTENTION, page=blk.page)
+        pool = self._ckpt_pool()
+        for b, ck in sorted(req.ckpts.items()):
+            if b > req.computed:
+                break
+            key = req.rec_chain[b // self.recurrent_grid - 1]
+            if ck.key or key in self.rec_index:
+                continue
+            assert self._complete(ck), f"publishing incomplete checkpoint {ck.ident} at {b}"
+            ck.key = key
+            self.rec_index[key] = ck
+            for p in self._ckpt_pages(ck):
+                pool.hold(p)
+            self.demand.setdefault(key, set()).add(request_id)  # owner registration
+            published.append(key)
+            self._emit(EventKind.PUBLICATION, request_id=request_id,
+                       preemption_count=req.preemptions, hash=key, **self._ckpt_fields(ck))
+        return published
+
+    # == release, retention, pinning ===========================================================
+    def _release_ckpts(self, req: RequestState, cks: list[Checkpoint], cause: Cause) -> None:
+        for ck in cks:
+            self._emit(EventKind.RELEASE, request_id=req.request_id,
+                       preemption_count=req.preemptions, hash=ck.key, cause=cause,
+                       **self._ckpt_fields(ck))
+            req.retained.discard(ck.ident)
+        self._ckpt_unref(cks, req.request_id)
+
+    def release_superseded(self, request_id: str) -> list[int]:
+        req = self._req(request_id)
+        done = [b for b in req.ckpts if b <= req.computed]
+        if not done:
+            return []
+        newest = max(done)
+        kept = []
+        for b in sorted(req.ckpts):
+            ck = req.ckpts[b]
+            if b >= newest or ck.ident in req.retained:
+                continue
+            if self.retention and ck.key:
+                demand = len(self.demand.get(ck.key, ()))
+                keep = demand >= RETENTION_K
+                self._emit(EventKind.RETENTION, request_id=request_id,
+                           preemption_count=req.preemptions, hash=ck.key,
+                           outcome=Outcome.OK if keep else Outcome.BELOW_THRESHOLD,
+                           need=RETENTION_K, free=demand, **self._ckpt_fields(ck))
+                if keep:
+                    req.retained.add(ck.ident)
+                    kept.append(ck.key)
+                    continue
+            del req.ckpts[b]
+            self._release_ckpts(req, [ck], Cause.NONE)
+        return kept
+
+    def _release_all(self, req: RequestState, cause: Cause) -> None:
+        """Drop every execution reference, deepest first (so deeper entries are older in LRU)."""
+        self._release_ckpts(req, [req.ckpts.pop(b) for b in sorted(req.ckpts, reverse=True)],
+                            cause)
+        while req.blocks:
+            blk = req.blocks.pop()
+            self._emit(EventKind.RELEASE, request_id=req.request_id,
+                       preemption_count=req.preemptions, hash=blk.key, depth=blk.depth,
+                       state_kind=StateKind.ATTENTION, page=blk.page, cause=cause)
+            self._block_unref(blk, req.request_id)
+        req.ckpt_top = req.computed = 0
+        req.retained.clear()
+
+    def preempt(self, request_id: str) -> PinDecision | None:
+        req = self._req(request_id)
+        decision = None
+        published = [b for b, ck in req.ckpts.items() if ck.key]
+        if self.pin_k is not None and published:
+            ck = req.ckpts[max(published)]
+            requesters = self.demand.setdefault(ck.key, set())
+            requesters.add(request_id)  # owner registration at preemption
+            within_budget = self.pin_budget is None or len(self.pins) < self.pin_budget
+            pin = len(requesters) >= self.pin_k and within_budget \
+                and ck.ident not in self.pins
+            outcome = Outcome.OK if pin else (
+                Outcome.BELOW_THRESHOLD if len(requesters) < self.pin_k else Outcome.SKIPPED)
+            if pin:
+                pool = self._ckpt_pool()
+                for p in self._ckpt_pages(ck):
+                    pool.incref(p)
+                self.pins[ck.ident] = (ck, request_id)
+            self._emit(EventKind.PIN, request_id=request_id, preemption_count=req.preemptions,
+                       hash=ck.key, outcome=outcome, need=self.pin_k, free=len(requesters),
+                       **self._ckpt_fields(ck))
+            decision = PinDecision(ck.key, ck.boundary, len(requesters), pin)
+        self._release_all(req, Cause.PREEMPTION)
+        req.preemptions += 1
+        return decision
+
+    def _unpin_owned(self, request_id: str) -> None:
+        for ck, owner in list(self.pins.values()):
+            if owner == request_id:
+                req = self.requests.get(request_id)
+                self._emit(EventKind.UNPIN, request_id=request_id,
+                           preemption_count=req.preemptions if req else 0, hash=ck.key,
+                           **self._ckpt_fields(ck))
+                self._ckpt_unref([ck], None)
+
+    def release(self, request_id: str) -> None:
+        req = self._req(request_id)
+        self._release_all(req, Cause.NONE)
+
+    def finish(self, request_id: str) -> None:
+        req = self._req(request_id)
+        self._release_all(req, Cause.FINISH)
+        self._unpin_owned(request_id)
+        del self.requests[request_id]
+
+    # == accounting ============================================================================
+    def held(self) -> Held:
+        return Held(len(self.live_blocks), len(self.live_ckpts),
+                    self.slabs.num_slabs if self.slabs is not None else 0)
+
+    def allocated_bytes(self) -> int:
+        return sum((p.total - p.num_free) * self._unit_bytes(p) for p in self.pools())
+
+    def _expected_refs(self) -> dict[tuple[str, int], int]:
+        refs: dict[tuple[str, int], int] = {}
+        for blk in self.live_blocks:
+            if blk.holders:
+                refs[blk.pool.name, blk.page] = len(blk.holders)
+        pool = self._ckpt_pool().name
+        for ck in self.live_ckpts.values():
+            n = len(ck.holders) + (ck.ident in self.pins)
+            if n:
+                for p in self._ckpt_pages(ck):
+                    refs[pool, p] = refs.get((pool, p), 0) + n
+        return refs
+
+    def check_integrity(self) -> None:
+        for pool in self.pools():
+            pool.check_integrity()
+        if self.slabs is not None:
+            self.slabs.check_integrity()
+        refs = self._expected_refs()
+        for pool in self.pools():
+            got = pool.ref_counts()
+            for page in range(pool.total):
+                want = refs.get((pool.name, page), 0)
+                if got[page] != want:
+                    raise AssertionError(
+                        f"{self.name} pool {pool.name} page {page}: {pool.refs(page)} references"
+                        f", holders and pins account for {want}")
+        used = sum(p.total - p.num_free for p in self.pools())
+        xa, xr, m = self.held()
+        per_ckpt = self._ckpt_units(1) if self.placement != ConvPlacement.SLOT else self.members
+        if used != xa + xr * per_ckpt + m:
+            raise AssertionError(
+                f"{self.name}: {used} units not free != {xa} blocks + {xr} checkpoints x "
+                f"{per_ckpt} + {m} slabs = {xa + xr * per_ckpt + m}")
+        for key, blk in self.attn_index.items():
+            if blk.key != key or blk not in self.live_blocks:
+                raise AssertionError(f"{self.name}: attention key {key:#x} maps to a block "
+                                     f"with key {blk.key:#x} (live {blk in self.live_blocks})")
+        for key, ck in self.rec_index.items():
+            if ck.key != key or self.live_ckpts.get(ck.ident) is not ck:
+                raise AssertionError(f"{self.name}: recurrent key {key:#x} maps to checkpoint "
+                                     f"{ck.ident} with key {ck.key:#x}")

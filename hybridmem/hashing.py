@@ -1,0 +1,83 @@
+"""Chained 64-bit cache keys for attention blocks and recurrent checkpoints (SPEC §5).
+
+A key covers one grid chunk and chains to the key of the chunk before it, so a key names the whole
+prefix ``[0, b)`` up to its boundary ``b``::
+
+    tokens   0        g        2g       3g
+             |chunk 0 |chunk 1 |chunk 2 |
+    keys          k1 = H(kind, 0,  t[0:g],   extra)
+                           k2 = H(kind, k1, t[g:2g],  extra)
+                                    k3 = H(kind, k2, t[2g:3g], extra)
+
+``kind`` (a :class:`StateKind`) is hashed first, so an attention key and a recurrent key over the
+same tokens never collide, even on the shared 512/512 grid. ``extra`` carries per-request keys such
+as the ``cache_salt``; it enters every chunk, so two salts never share a key at any depth.
+
+Keys are blake2b digests (hashlib, 8 bytes, big-endian) of a fixed little-endian encoding, so they
+are identical across processes, runs and machines. 0 is reserved for "no key" (Event.hash), so a
+digest of 0 is mapped to 1.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+from collections.abc import Sequence
+from functools import lru_cache
+
+from hybridmem.events import StateKind
+
+ExtraKey = str | int | bytes
+
+NO_HASH = 0  # Event.hash of an entry without a key
+
+
+@lru_cache(maxsize=1024)
+def _encode_extra(extra: tuple[ExtraKey, ...]) -> bytes:
+    out = bytearray(struct.pack("<I", len(extra)))
+    for item in extra:
+        if isinstance(item, bool) or not isinstance(item, (str, int, bytes)):
+            raise ValueError(f"extra key {item!r} must be str, int or bytes")
+        if isinstance(item, str):
+            raw, tag = item.encode("utf-8"), b"s"
+        elif isinstance(item, int):
+            raw, tag = item.to_bytes(16, "little", signed=True), b"i"
+        else:
+            raw, tag = item, b"b"
+        out += tag + struct.pack("<I", len(raw)) + raw
+    return bytes(out)
+
+
+def chunk_hash(kind: StateKind, parent: int, token_ids: Sequence[int],
+               extra: Sequence[ExtraKey] = ()) -> int:
+    """Key of one chunk: ``H(kind, parent, token ids, extra keys)``; deterministic, never 0."""
+    h = hashlib.blake2b(digest_size=8)
+    h.update(struct.pack("<BQI", int(kind), parent, len(token_ids)))
+    h.update(struct.pack(f"<{len(token_ids)}q", *token_ids))
+    h.update(_encode_extra(tuple(extra)))
+    key = int.from_bytes(h.digest(), "big")
+    return key or 1
+
+
+def extra_keys(cache_salt: str | None) -> tuple[ExtraKey, ...]:
+    """Per-request extra keys; ``cache_salt`` isolates a request from every other salt."""
+    return () if cache_salt is None else ("cache_salt", cache_salt)
+
+
+def hash_chain(kind: StateKind, token_ids: Sequence[int], grid: int,
+               extra: Sequence[ExtraKey] = (), parent: int = NO_HASH,
+               start: int = 0) -> list[int]:
+    """Keys of every full ``grid``-token chunk from ``start`` (a multiple of ``grid``), chained
+    from ``parent`` (the key of the chunk ending at ``start``; ``NO_HASH`` at 0).
+
+    ``hash_chain(k, t, 512)[i]`` is the key of the prefix ``[0, 512 (i + 1))``.
+    """
+    if grid <= 0:
+        raise ValueError(f"grid must be positive, got {grid}")
+    if start % grid:
+        raise ValueError(f"start {start} is not a multiple of the {grid}-token grid")
+    keys = []
+    for lo in range(start, len(token_ids) - grid + 1, grid):
+        parent = chunk_hash(kind, parent, token_ids[lo:lo + grid], extra)
+        keys.append(parent)
+    return keys

@@ -1,0 +1,116 @@
+"""The four organizations (SPEC §2, Table 1): how blocks and checkpoints map onto storage.
+
+=====  ============================  ==============================  ==================  ========
+org    attention unit                checkpoint                      conv state          grid
+=====  ============================  ==============================  ==================  ========
+S0     one S0 page (1,557 KiB)       one S0 page                     inside that page    512/512
+S1     one 512-KiB page              3 member pages                  its own page        512/512
+S2     one 512-KiB page              3 member pages                  slot of a slab      512/512
+D0     16-token unit (attn pool)     one composite (recurrent pool)  inside composite    16/1,792
+=====  ============================  ==============================  ==================  ========
+
+S0-S2 draw everything from one shared pool; D0 from two static pools (no capacity moves).
+"""
+
+from __future__ import annotations
+
+from hybridmem.cached_org import CachedOrganization
+from hybridmem.checkpoint import ConvPlacement
+from hybridmem.conv_slab import SlabTable
+from hybridmem.dual_pools import DualPools
+from hybridmem.events import Observer, StateKind
+from hybridmem.geometry import ceil_div
+from hybridmem.page_pool import PagePool
+
+
+class SharedPoolOrganization(CachedOrganization):
+    """S0-S2: one pool of equal pages serves attention blocks and checkpoints."""
+
+    def __init__(self, num_pages: int, page_bytes: int, grid_tokens: int,
+                 observer: Observer | None = None, **policy: object) -> None:
+        super().__init__(grid_tokens, grid_tokens, observer, **policy)  # type: ignore[arg-type]
+        self.pool = PagePool("shared", num_pages)
+        self.page_bytes = page_bytes
+        self.owner = {"shared": [None] * num_pages}
+
+    def pool_for(self, kind: StateKind, need: int = 0) -> PagePool:
+        return self.pool
+
+    def pools(self) -> list[PagePool]:
+        return [self.pool]
+
+    def _unit_bytes(self, pool: PagePool) -> int:
+        return self.page_bytes
+
+
+class S0(SharedPoolOrganization):
+    """Coarse shared pages: every block and every checkpoint takes one 1,557-KiB page."""
+
+    name = "S0"
+    members = 1
+    placement = ConvPlacement.INSIDE
+
+
+class S1(SharedPoolOrganization):
+    """Recurrent paging: a checkpoint is 3 SSM member pages plus one dedicated conv page."""
+
+    name = "S1"
+    placement = ConvPlacement.PAGE
+
+    def __init__(self, num_pages: int, page_bytes: int, grid_tokens: int, ssm_members: int,
+                 observer: Observer | None = None, **policy: object) -> None:
+        self.members = ssm_members
+        super().__init__(num_pages, page_bytes, grid_tokens, observer, **policy)
+
+
+class S2(SharedPoolOrganization):
+    """Paging + conv slots: 3 SSM member pages plus one slot of a 16-slot slab page."""
+
+    name = "S2"
+    placement = ConvPlacement.SLOT
+
+    def __init__(self, num_pages: int, page_bytes: int, grid_tokens: int, ssm_members: int,
+                 slots_per_slab: int, observer: Observer | None = None,
+                 **policy: object) -> None:
+        self.members = ssm_members
+        super().__init__(num_pages, page_bytes, grid_tokens, observer, **policy)
+        self.slabs = SlabTable(num_pages, slots_per_slab)
+
+    def _ckpt_units(self, count: int) -> int:
+        """``3 k`` member pages plus the slabs the slots need beyond the free slots of slabs in
+        use (a cached slab may be reclaimed during the same allocation, so its room is not
+        counted: the estimate is exact or one slab high)."""
+        assert self.slabs is not None
+        room = self.slabs.free_slots(self.pool.refs)  # slabs with an active slot only
+        return count * self.members + ceil_div(max(0, count - room), self.slabs.slots_per_slab)
+
+
+class D0(CachedOrganization):
+    """Native static dual pools: 16-token attention units and native recurrent composites."""
+
+    name = "D0"
+    members = 1
+    placement = ConvPlacement.INSIDE
+
+    def __init__(self, attention_units: int, recurrent_units: int, attention_unit_bytes: int,
+                 recurrent_unit_bytes: int, attention_tokens: int, interval_tokens: int,
+                 observer: Observer | None = None, **policy: object) -> None:
+        super().__init__(attention_tokens, interval_tokens, observer,
+                         **policy)  # type: ignore[arg-type]
+        self.dual = DualPools(attention_units, recurrent_units)
+        self.unit_bytes = {"attention": attention_unit_bytes, "recurrent": recurrent_unit_bytes}
+        self.owner = {"attention": [None] * attention_units,
+                      "recurrent": [None] * recurrent_units}
+
+    def pool_for(self, kind: StateKind, need: int = 0) -> PagePool:
+        return self.dual.pool_for(kind, need)
+
+    def pools(self) -> list[PagePool]:
+        return [self.dual.attention, self.dual.recurrent]
+
+    def _unit_bytes(self, pool: PagePool) -> int:
+        return self.unit_bytes[pool.name]
+
+    def check_integrity(self) -> None:
+        self.dual.check_integrity()
+        super().check_integrity()

@@ -1,0 +1,160 @@
+"""One pool of equal physical pages with execution references and an LRU of cached pages.
+
+Every page is in exactly one of three states, decided by two counters the pool owns::
+
+    refs  holds   state     meaning
+    > 0   any     in use    an active request (or a pin / retention) may access it
+    0     > 0     cached    unreferenced, but backs >= 1 discoverable entry (reclaimable, LRU)
+    0     0       free      backs nothing discoverable; next in the free deque
+
+``refs`` count execution references (each holder increments once); ``holds`` count the
+discoverable logical entries (blocks, checkpoints, conv slots) stored on the page. Only the
+organization that owns the pool changes them. Reclaiming a cached page (:meth:`reclaim`) drops
+all of its holds; the caller must first invalidate every logical entry that depended on it.
+
+Accounting equation, checked by :meth:`check_integrity`: ``free + cached + in_use == total``.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from collections.abc import Callable
+
+# watcher(pool name, page, event): "ref0" (last reference dropped), "reclaim" (freed for reuse)
+# or "take" (handed out)
+Watcher = Callable[[str, int, str], None]
+
+
+class PagePool:
+    def __init__(self, name: str, num_pages: int) -> None:
+        if num_pages < 0:
+            raise ValueError(f"pool {name!r}: page count must be >= 0, got {num_pages}")
+        self.name = name
+        self.total = num_pages
+        self._refs = [0] * num_pages  # changed by incref/decref/take only
+        self._holds = [0] * num_pages  # changed by hold/unhold/reclaim only
+        self._free: deque[int] = deque(range(num_pages))  # FIFO of free pages
+        self._cached: OrderedDict[int, None] = OrderedDict()  # oldest first (LRU head)
+        self.num_in_use = 0
+        self.watcher: Watcher | None = None  # debug hook (invariant checkers), None in production
+
+    # -- counts ------------------------------------------------------------------------------
+    @property
+    def num_free(self) -> int:
+        return len(self._free)
+
+    @property
+    def num_cached(self) -> int:
+        return len(self._cached)
+
+    @property
+    def num_available(self) -> int:
+        """Free plus reclaimable cached pages: what an allocation may obtain."""
+        return len(self._free) + len(self._cached)
+
+    def refs(self, page: int) -> int:
+        return self._refs[page]
+
+    def ref_counts(self) -> list[int]:
+        """A copy of every page's reference count, indexed by page id."""
+        return list(self._refs)
+
+    def holds(self, page: int) -> int:
+        return self._holds[page]
+
+    def state(self, page: int) -> str:
+        if self._refs[page]:
+            return "in_use"
+        return "cached" if self._holds[page] else "free"
+
+    def is_free(self, page: int) -> bool:
+        return not self._refs[page] and not self._holds[page]
+
+    def oldest_cached(self) -> int | None:
+        return next(iter(self._cached), None)
+
+    def cached_pages(self) -> list[int]:
+        return list(self._cached)
+
+    # -- transitions -------------------------------------------------------------------------
+    def take(self) -> int:
+        """Pop the next free page with one reference. The caller checked ``num_free``."""
+        assert self._free, f"pool {self.name}: take() with no free page; this indicates a " \
+            "missing can_allocate/reclaim before allocation"
+        page = self._free.popleft()
+        self._refs[page] = 1
+        self.num_in_use += 1
+        if self.watcher is not None:
+            self.watcher(self.name, page, "take")
+        return page
+
+    def incref(self, page: int) -> None:
+        if self._refs[page] == 0:
+            if self._holds[page]:
+                del self._cached[page]
+            else:  # pragma: no cover - only reachable through a bug
+                raise AssertionError(f"pool {self.name}: incref of free page {page}; this "
+                                     "indicates a reference to storage that holds nothing")
+            self.num_in_use += 1
+        self._refs[page] += 1
+
+    def decref(self, page: int) -> None:
+        assert self._refs[page] > 0, f"pool {self.name}: decref of page {page} with no " \
+            "reference; this indicates a double release"
+        self._refs[page] -= 1
+        if self._refs[page] == 0:
+            self.num_in_use -= 1
+            if self._holds[page]:
+                self._cached[page] = None  # most recently used end
+            else:
+                self._free.append(page)
+            if self.watcher is not None:
+                self.watcher(self.name, page, "ref0")
+
+    def hold(self, page: int) -> None:
+        """A discoverable entry now lives on ``page`` (which must be in use or cached)."""
+        assert self._refs[page] or self._holds[page], f"pool {self.name}: hold on free page " \
+            f"{page}; this indicates publishing storage that was already released"
+        self._holds[page] += 1
+
+    def unhold(self, page: int) -> None:
+        assert self._holds[page] > 0, f"pool {self.name}: unhold of page {page} with no hold"
+        self._holds[page] -= 1
+        if self._holds[page] == 0 and self._refs[page] == 0:
+            del self._cached[page]
+            self._free.append(page)
+
+    def touch(self, page: int) -> None:
+        """Move a cached page to the most recently used end."""
+        if page in self._cached:
+            self._cached.move_to_end(page)
+
+    def reclaim(self, page: int) -> None:
+        """Drop every hold of the cached ``page`` so it becomes free (for reassignment).
+
+        The caller must already have invalidated every logical entry stored on it.
+        """
+        assert self._refs[page] == 0, f"pool {self.name}: reclaim of page {page} with " \
+            f"{self._refs[page]} references; this indicates reclaiming protected storage"
+        if self._holds[page]:
+            self._holds[page] = 0
+            del self._cached[page]
+            self._free.append(page)
+        if self.watcher is not None:
+            self.watcher(self.name, page, "reclaim")
+
+    # -- integrity ---------------------------------------------------------------------------
+    def check_integrity(self) -> None:
+        free, cached = len(self._free), len(self._cached)
+        if free + cached + self.num_in_use != self.total:
+            raise AssertionError(
+                f"pool {self.name}: free {free} + cached {cached} + in_use {self.num_in_use} "
+                f"= {free + cached + self.num_in_use} != total {self.total}")
+        in_use = sum(1 for r in self._refs if r)
+        bad_free = [p for p in self._free if self._refs[p] or self._holds[p]]
+        bad_cached = [p for p in self._cached if self._refs[p] or not self._holds[p]]
+        if in_use != self.num_in_use or bad_free or bad_cached or len(set(self._free)) != free:
+            raise AssertionError(
+                f"pool {self.name}: in_use counter {self.num_in_use} vs {in_use} referenced "
+                f"pages; free pages with refs/holds {bad_free[:5]}; cached pages with refs or "
+                f"no holds {bad_cached[:5]}")
