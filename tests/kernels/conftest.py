@@ -7,17 +7,7 @@ On a CUDA machine the variable is left alone and the same tests run on the GPU.
 
 import os
 
-import pytest
 import torch
 
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
-
-SLOW = os.environ.get("HYBRIDMEM_SLOW") == "1"
-
-
-def pytest_runtest_setup(item: pytest.Item) -> None:
-    if "slow" in item.keywords and not SLOW:
-        pytest.skip("slow kernel test (Triton interpreter on CPU); set HYBRIDMEM_SLOW=1 to run")
-    if "gpu" in item.keywords and not torch.cuda.is_available():
-        pytest.skip("needs a CUDA device")
