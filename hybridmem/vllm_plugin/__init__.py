@@ -1,0 +1,5 @@
+"""vLLM plugin placeholder (filled in below)."""
+
+
+def register() -> None:
+    return None
