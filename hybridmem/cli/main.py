@@ -19,6 +19,8 @@ COMMANDS: dict[str, str] = {
     "plan": "hybridmem.cli.plan",
     "storage": "hybridmem.cli.storage",
     "demo": "hybridmem.cli.demo",
+    "model": "hybridmem.cli.model",
+    "run": "hybridmem.cli.run",
 }
 
 USAGE_EXIT = 2

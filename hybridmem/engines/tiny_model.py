@@ -129,7 +129,7 @@ def build_tiny_model(out: Path | str = DEFAULT_DIR, seed: int = DEFAULT_SEED,
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".tiny-", dir=out.parent))
     try:
-        config = FalconH1Config(**config_kwargs())  # type: ignore[arg-type]
+        config = FalconH1Config(**config_kwargs())
         config.architectures = ["FalconH1ForCausalLM"]
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)

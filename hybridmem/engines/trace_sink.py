@@ -39,11 +39,13 @@ class Sink(Protocol):
 def _binary_writer_class() -> Any | None:
     if os.environ.get(FORMAT_ENV, "").lower() == "jsonl":
         return None
+    import importlib
+
     try:
-        from tracer import TraceWriter  # type: ignore[attr-defined]
+        module = importlib.import_module("tracer")
     except ImportError:
         return None
-    return TraceWriter
+    return getattr(module, "TraceWriter", None)
 
 
 def event_dict(event: Event) -> dict[str, Any]:
@@ -147,9 +149,11 @@ def verify_trace(path: str | os.PathLike[str]) -> dict[str, Any] | None:
     if p.suffix == ".jsonl":
         v = verify_jsonl(p)
         return {"accepted": v.accepted, "events": v.events, "reason": v.reason, "format": "jsonl"}
+    import importlib
+
     try:
-        from tracer.verdict import verify  # type: ignore[import-not-found]
-    except ImportError:
+        verify = importlib.import_module("tracer.verdict").verify
+    except (ImportError, AttributeError):
         return None
     verdict = verify(str(p))
     fields = getattr(verdict, "_asdict", None)

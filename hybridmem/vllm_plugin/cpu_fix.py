@@ -58,5 +58,5 @@ def apply() -> bool:
         return spec
 
     setattr(get_kv_cache_spec, _MARK, True)
-    MambaMixer2.get_kv_cache_spec = get_kv_cache_spec  # type: ignore[method-assign]
+    MambaMixer2.get_kv_cache_spec = get_kv_cache_spec
     return True
