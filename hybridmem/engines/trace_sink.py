@@ -79,6 +79,11 @@ class JsonlSink:
             self._seq += 1
             self._fh.write(json.dumps(line) + "\n")
 
+    def flush(self) -> None:
+        with self._lock:
+            if not self._closed:
+                self._fh.flush()
+
     def close(self) -> None:
         with self._lock:
             if self._closed:

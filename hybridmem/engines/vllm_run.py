@@ -14,7 +14,9 @@ starts submitting (t0, engine ready) and ends when the engine has shut down -- s
 closing and flushing the trace. Engine init is reported apart (``engine_init_s``).
 
 Per request it records TTFT (planned arrival -> first output token seen by the driver), E2E
-(planned arrival -> finished), output tokens, success and cached prompt tokens. ``results.parquet``
+(planned arrival -> finished), output tokens, success and cached prompt tokens. vLLM appends 8
+random characters to each request id; the trace carries that internal id, and results.parquet
+keeps both (``request_id``, ``engine_request_id``). ``results.parquet``
 holds one row per request, ``summary.json`` the run (keys in :data:`SUMMARY_KEYS`), and
 ``workload.json`` the manifest (prompts as token ids).
 
@@ -148,6 +150,7 @@ class _Record:
     token_ids: list[int] = field(default_factory=list)
     cached_tokens: int = 0
     finish_reason: str = ""
+    engine_id: str = ""  # vLLM's internal id (workload id + "-" + 8 random chars) = trace id
 
 
 def _pct(values: Sequence[float], q: float) -> float | None:
@@ -240,7 +243,7 @@ def run_serving(cfg: RunConfig, progress: bool = True) -> RunResult:
                     prompt["cache_salt"] = r.cache_salt
                 params = SamplingParams(max_tokens=r.max_output_tokens, temperature=0.0,
                                         ignore_eos=True, output_kind=RequestOutputKind.DELTA)
-                engine.add_request(r.request_id, prompt, params)
+                records[r.request_id].engine_id = engine.add_request(r.request_id, prompt, params)
                 records[r.request_id].submitted = now
                 nxt += 1
             if not engine.has_unfinished_requests():
@@ -331,6 +334,7 @@ def _write_results(records: dict[str, _Record], path: Path) -> Path:
     nan = float("nan")
     table = pa.table({
         "request_id": [r.spec.request_id for r in recs],
+        "engine_request_id": [r.engine_id for r in recs],
         "arrival_s": [r.spec.arrival_s for r in recs],
         "input_tokens": [len(r.spec.prompt_token_ids) for r in recs],
         "max_output_tokens": [r.spec.max_output_tokens for r in recs],
