@@ -232,6 +232,7 @@ def run_serving(cfg: RunConfig, progress: bool = True) -> RunResult:
     pending = sorted(requests, key=lambda r: r.arrival_s)
     bar = _progress(len(requests), progress)
     t0 = time.perf_counter()
+    cpu0 = time.process_time()
     nxt = 0
     try:
         while nxt < len(pending) or engine.has_unfinished_requests():
@@ -269,7 +270,12 @@ def run_serving(cfg: RunConfig, progress: bool = True) -> RunResult:
         preemptions = int(_metric_total("vllm:num_preemptions") - preempt0)
         engine.engine_core.shutdown()  # closes the trace (END)
     ledger = time.perf_counter() - t0
+    cpu_s = time.process_time() - cpu0
     summary = _summarize(cfg, records, ledger, init_s, trace_path, preemptions)
+    # CPU seconds of this process over the ledger interval: on a shared box, where wall-clock
+    # throughput moves with other tenants' load, tokens per CPU second isolates the probe cost.
+    summary["cpu_s"] = cpu_s
+    summary["throughput_cpu_tok_s"] = summary["output_tokens"] / cpu_s if cpu_s > 0 else None
     results = _write_results(records, out / "results.parquet")
     summary_path = out / "summary.json"
     summary_path.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")

@@ -33,6 +33,10 @@ FINISH          ``Scheduler._free_request``
 END             ``Scheduler.shutdown`` closes the sink, which writes END
 ==============  ===========================================================================
 
+ALLOCATION, ADOPTION and RESUME are emitted when ``allocate_slots`` returns, so they follow the
+LOSS events its block reclaims caused and the PUBLICATION events of the blocks it cached (same
+step). Request ids are vLLM's internal ids (the caller's id + ``-`` + 8 random characters).
+
 Episodes are ``(request_id, preemption_count)``: INITIAL is 0, each preemption starts the next.
 Steps count ``Scheduler.schedule`` calls (events between steps carry the last step's number).
 Moving a block's keys to a private copy (``move_block_hashes``) keeps them discoverable and
