@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import os
 import threading
-from dataclasses import asdict
+from dataclasses import asdict, is_dataclass
 from pathlib import Path
 from typing import IO, Any, NamedTuple, Protocol
 
@@ -133,6 +133,25 @@ def read_jsonl(path: str | os.PathLike[str]) -> tuple[dict[str, Any], list[dict[
     return lines[0]["meta"], lines[1:]
 
 
+def read_trace(path: str | os.PathLike[str]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """(meta, event dicts with ``seq``, END included) of a JSONL or binary trace.
+
+    Binary traces are read with ``tracer.reader.TraceReader`` (its ``meta`` and ``events()``
+    yielding ``(seq, ts_ns, Event)``); a ValueError when that reader is not importable.
+    """
+    p = Path(path)
+    if p.suffix == ".jsonl":
+        return read_jsonl(p)
+    import importlib
+
+    try:
+        reader = importlib.import_module("tracer.reader").TraceReader(str(p))
+    except (ImportError, AttributeError):
+        raise ValueError(f"{p}: a binary trace needs tracer.reader (not importable)") from None
+    events = [event_dict(e) | {"seq": seq} for seq, _, e in reader.events()]
+    return dict(reader.meta), events
+
+
 def verify_jsonl(path: str | os.PathLike[str]) -> JsonlVerdict:
     """Accept iff END is the last record and sequence numbers run 0..n without a gap."""
     _, events = read_jsonl(path)
@@ -161,8 +180,10 @@ def verify_trace(path: str | os.PathLike[str]) -> dict[str, Any] | None:
     except (ImportError, AttributeError):
         return None
     verdict = verify(str(p))
-    fields = getattr(verdict, "_asdict", None)
-    out = dict(fields()) if fields else dict(vars(verdict))
+    if is_dataclass(verdict) and not isinstance(verdict, type):
+        out = dict(asdict(verdict))
+    else:
+        out = dict(verdict._asdict())
     out["format"] = "binary"
     return {k: (v if isinstance(v, (bool, int, float, str, type(None))) else str(v))
             for k, v in out.items()}

@@ -52,12 +52,9 @@ def runs(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str
 
 
 def _events(run: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    from hybridmem.engines.trace_sink import read_jsonl
+    from hybridmem.engines.trace_sink import read_trace
 
-    path = run["summary"]["trace_path"]
-    if not path.endswith(".jsonl"):
-        pytest.skip("binary trace: event-level checks read the JSONL fallback only")
-    return read_jsonl(path)
+    return read_trace(run["summary"]["trace_path"])
 
 
 def test_traced_run_completes_with_an_accepted_trace(runs: dict[str, Any]) -> None:
