@@ -195,6 +195,10 @@ def run_serving(cfg: RunConfig, progress: bool = True) -> RunResult:
     # run onto a core another tenant may saturate (measured here: ~10x slower, bimodal). Let the OS
     # place threads unless the caller chose a binding.
     os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
+    # One OpenMP thread unless the caller says otherwise: with two, an OpenMP barrier waits for a
+    # thread another tenant has descheduled, and runs here slowed down 10-40x at random. Takes
+    # effect only if OpenMP has not started yet in this process (the CLI imports torch later).
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
     model = resolve_model(cfg.model, cfg.data_dir)
     vocab = int(json.loads((model / "config.json").read_text())["vocab_size"])
     requests = _make_requests(cfg, vocab)
