@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import os
 import threading
-from dataclasses import asdict, is_dataclass
+from dataclasses import asdict, fields, is_dataclass
 from pathlib import Path
 from typing import IO, Any, NamedTuple, Protocol
 
@@ -48,12 +48,16 @@ def _binary_writer_class() -> Any | None:
     return getattr(module, "TraceWriter", None)
 
 
+_FIELDS = tuple(f.name for f in fields(Event))
+_ENUMS = frozenset(("kind", "state_kind", "cause", "outcome"))
+
+
 def event_dict(event: Event) -> dict[str, Any]:
-    d = asdict(event)
-    for key in ("kind", "state_kind", "cause", "outcome"):
-        d[key] = int(d[key])
-    d["chain"] = list(event.chain)
-    d["recurrent_chain"] = list(event.recurrent_chain)
+    """Every Event field by name; enums as ints, chains as lists (no deep copy: hot path)."""
+    d: dict[str, Any] = {}
+    for name in _FIELDS:
+        v = getattr(event, name)
+        d[name] = int(v) if name in _ENUMS else (list(v) if isinstance(v, tuple) else v)
     return d
 
 
