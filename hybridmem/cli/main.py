@@ -23,6 +23,8 @@ COMMANDS: dict[str, str] = {
     "fidelity": "hybridmem.cli.fidelity",
     "trace": "hybridmem.cli.trace",
     "lineage": "hybridmem.cli.lineage",
+    "model": "hybridmem.cli.model",
+    "run": "hybridmem.cli.run",
 }
 
 USAGE_EXIT = 2

