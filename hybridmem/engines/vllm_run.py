@@ -40,6 +40,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from hybridmem.engines.tiny_model import resolve_model
+from hybridmem.workload import Workload, WorkloadRequest, WorkloadSpec, make_workload
 
 SUMMARY_KEYS = (
     "seed", "trace", "throughput_tok_s", "throughput_ledger_tok_s", "ttft_p50", "ttft_p99",
@@ -47,7 +48,6 @@ SUMMARY_KEYS = (
     "trace_path", "trace_verdict",
 )
 TRACE_FILE = "trace.hmt"
-NUM_CONTEXTS = 8
 
 
 @dataclass(frozen=True)
@@ -85,65 +85,17 @@ class RunConfig:
             raise ValueError(f"kv_blocks must be >= 2, got {self.kv_blocks}")
 
 
-class RequestSpec(NamedTuple):
-    """What the driver needs of a request (a subset of hybridmem.workload.WorkloadRequest)."""
-
-    request_id: str
-    arrival_s: float
-    prompt_token_ids: tuple[int, ...]
-    max_output_tokens: int
-    cache_salt: str | None
-
-
-def _make_requests(cfg: RunConfig, vocab_size: int) -> list[RequestSpec]:
-    """Minimal stand-in for ``hybridmem.workload.make_workload`` (swap here when it lands).
-
-    Eight shared contexts; request ``i`` takes its first ``round(q L_i)`` tokens from context
-    ``c_i ~ U{0..7}`` and the rest from its own random tokens. Lengths scale the paper's workload
-    (mean input 3,332 of limit 8,192, output cap 1,024) to ``max_model_len``; arrivals are
-    Poisson at ``rate``, the first at 0 s. Deterministic in ``seed``.
-    """
-    rng = np.random.default_rng(cfg.seed)
-    scale = cfg.max_model_len / 8192
-    out_cap = max(1, round(1024 * scale))
-    max_in = cfg.max_model_len - out_cap
-    mean_in = 3332 * scale
-    lo = 16 if vocab_size > 32 else 0
-    contexts = rng.integers(lo, vocab_size, (NUM_CONTEXTS, max_in))
-    lens = np.clip(np.round(rng.lognormal(math.log(mean_in) - 0.245, 0.7, cfg.requests)),
-                   max(1, round(32 * scale)), max_in).astype(int)
-    outs = np.clip(np.round(rng.lognormal(math.log(out_cap / 4) - 0.4, 0.9, cfg.requests)),
-                   1, out_cap).astype(int)
-    choice = rng.integers(0, NUM_CONTEXTS, cfg.requests)
-    gaps = rng.exponential(1.0 / cfg.rate, cfg.requests)
-    arrivals = np.concatenate(([0.0], np.cumsum(gaps[1:])))
-    reqs = []
-    for i in range(cfg.requests):
-        n = int(lens[i])
-        shared = int(round(cfg.share * n))
-        own = rng.integers(lo, vocab_size, n)
-        prompt = np.concatenate((contexts[choice[i], :shared], own[shared:]))
-        rid = f"s{cfg.seed}-r{i:05d}"
-        reqs.append(RequestSpec(rid, float(arrivals[i]), tuple(int(t) for t in prompt),
-                                int(outs[i]), f"isolate-{rid}" if cfg.isolate else None))
-    return reqs
-
-
-def save_manifest(cfg: RunConfig, requests: Sequence[RequestSpec], path: Path) -> Path:
-    data = {
-        "format": "hybridmem-run-workload", "version": 1, "generator": "vllm_run._make_requests",
-        "spec": {"num_requests": cfg.requests, "rate": cfg.rate, "share": cfg.share,
-                 "seed": cfg.seed, "isolate": cfg.isolate, "model_limit": cfg.max_model_len},
-        "requests": [r._asdict() | {"prompt_token_ids": list(r.prompt_token_ids)}
-                     for r in requests],
-    }
-    path.write_text(json.dumps(data, separators=(",", ":")))
-    return path
+def make_requests(cfg: RunConfig, vocab_size: int) -> Workload:
+    """The run's workload from :mod:`hybridmem.workload` (SPEC §10), scaled to the model limit."""
+    return make_workload(WorkloadSpec(
+        vocab_size=vocab_size, num_requests=cfg.requests, rate=cfg.rate, share=cfg.share,
+        seed=cfg.seed, isolate=cfg.isolate, model_limit=cfg.max_model_len,
+    ))
 
 
 @dataclass
 class _Record:
-    spec: RequestSpec
+    spec: WorkloadRequest
     submitted: float = math.nan
     first_token: float = math.nan
     finished: float = math.nan
@@ -201,10 +153,11 @@ def run_serving(cfg: RunConfig, progress: bool = True) -> RunResult:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     model = resolve_model(cfg.model, cfg.data_dir)
     vocab = int(json.loads((model / "config.json").read_text())["vocab_size"])
-    requests = _make_requests(cfg, vocab)
+    workload = make_requests(cfg, vocab)
+    requests = workload.requests
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
-    manifest = save_manifest(cfg, requests, out / "workload.json")
+    manifest = workload.save_manifest(out / "workload.json")
 
     trace_path: Path | None = None
     if cfg.trace_dir is not None:

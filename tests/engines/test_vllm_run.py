@@ -40,7 +40,7 @@ def runs(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str
     from hybridmem.engines.vllm_run import RunConfig
 
     root = tmp_path_factory.mktemp("runs")
-    base = RunConfig(model=str(tiny_model), requests=8, rate=6.0, share=1.0, seed=1,
+    base = RunConfig(model=str(tiny_model), requests=12, rate=6.0, share=1.0, seed=3,
                      max_model_len=512, out=root / "x")
     return {
         "traced": _run(replace(base, out=root / "traced", trace_dir=root / "traced" / "trace")),
@@ -59,12 +59,12 @@ def _events(run: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
 
 def test_traced_run_completes_with_an_accepted_trace(runs: dict[str, Any]) -> None:
     s = runs["traced"]["summary"]
-    assert (s["requests"], s["completed"], s["trace"]) == (8, 8, True)
+    assert (s["requests"], s["completed"], s["trace"]) == (12, 12, True)
     assert s["trace_verdict"]["accepted"], s["trace_verdict"]
     meta, events = _events(runs["traced"])
     assert events[-1]["kind"] == K.END
     assert (meta["organization"], meta["attention_grid_tokens"]) == ("vllm", 128)
-    assert (meta["recurrent_grid_tokens"], meta["seed"]) == (128, 1)
+    assert (meta["recurrent_grid_tokens"], meta["seed"]) == (128, 3)
     for key in ("seed", "trace", "throughput_tok_s", "throughput_ledger_tok_s", "ttft_p50",
                 "ttft_p99", "e2e_p50", "e2e_p99", "preemptions", "prefix_hit_tokens",
                 "requests", "completed", "trace_path", "trace_verdict"):
@@ -101,7 +101,7 @@ def test_trace_events_follow_each_request(runs: dict[str, Any]) -> None:
 
 def test_pressure_gives_preemption_resume_and_allocation_losses(runs: dict[str, Any]) -> None:
     run = runs["pressured"]
-    assert run["summary"]["completed"] == 8
+    assert run["summary"]["completed"] == 12
     assert run["summary"]["trace_verdict"]["accepted"]
     _, events = _events(run)
     pre = [e for e in events if e["kind"] == K.PREEMPTION]
