@@ -33,9 +33,12 @@ FINISH          ``Scheduler._free_request``
 END             ``Scheduler.shutdown`` closes the sink, which writes END
 ==============  ===========================================================================
 
-ALLOCATION, ADOPTION and RESUME are emitted when ``allocate_slots`` returns, so they follow the
-LOSS events its block reclaims caused and the PUBLICATION events of the blocks it cached (same
-step). Request ids are vLLM's internal ids (the caller's id + ``-`` + 8 random characters).
+``allocate_slots`` holds back the LOSS and PUBLICATION events its call causes and, when it
+returns, emits [RESUME], ADOPTION, ALLOCATION and then those held events: the adoption stands at
+the lookup cut (the prefix the scheduler found before this allocation reclaimed or cached
+anything), which is what lineage's exact lookup-time supply reads by sequence number.
+A PUBLICATION inside ``allocate_slots`` carries the allocating request as its ``request_id``
+(the producer). Request ids are vLLM's internal ids (the caller's id + ``-`` + 8 random characters).
 
 Episodes are ``(request_id, preemption_count)``: INITIAL is 0, each preemption starts the next.
 Steps count ``Scheduler.schedule`` calls (events between steps carry the last step's number).
@@ -139,11 +142,15 @@ class EngineTracer:
         self.suppress = False  # inside move_block_hashes: keys move, none is lost
         self.last_need = 0
         self.depth_of: dict[bytes, int] = {}  # discoverable key -> boundary tokens
+        self.held: list[Event] | None = None  # events held back during allocate_slots
 
     # -- emission helpers ------------------------------------------------------------------
 
     def emit(self, event: Event) -> None:
-        self.sink.on_event(event)
+        if self.held is not None:
+            self.held.append(event)
+        else:
+            self.sink.on_event(event)
 
     def _chain(self, request: Any, kind: StateKind) -> tuple[int, ...]:
         from vllm.v1.core.kv_cache_utils import resolve_block_hashes
@@ -170,8 +177,9 @@ class EngineTracer:
         depth = num_tokens if num_tokens is not None else self.depth_of.get(key, 0)
         self.depth_of[key] = depth
         self.emit(Event(
-            EventKind.PUBLICATION, step=self.step, hash=hash64(bytes(get_block_hash(key))),
-            depth=depth, state_kind=self.group_kind[gid], page=block.block_id,
+            EventKind.PUBLICATION, step=self.step, request_id=self.requester,
+            hash=hash64(bytes(get_block_hash(key))), depth=depth,
+            state_kind=self.group_kind[gid], page=block.block_id,
         ))
 
     def lost(self, key: bytes, page: int, cause: Cause) -> None:
@@ -258,13 +266,27 @@ def attach(scheduler: Any, path: str) -> EngineTracer:
             status = request.status
             free = pool.get_num_free_blocks()
             tracer.last_need = 0
+            depth = (request.num_computed_tokens + kwargs.get("num_new_computed_tokens", 0)
+                     + kwargs.get("num_external_computed_tokens", 0))
             tracer.requester = request.request_id
             tracer.cause = Cause.ALLOCATION
+            held: list[Event] = []
+            tracer.held = held
             try:
                 blocks = orig(request, num_new_tokens, *args, **kwargs)
             finally:
                 tracer.requester = ""
                 tracer.cause = Cause.EVICTION
+                tracer.held = None
+            admitted = status in (RequestStatus.WAITING, RequestStatus.PREEMPTED)
+            if blocks is not None and admitted and "new_computed_blocks" in kwargs:
+                if status == RequestStatus.PREEMPTED:
+                    tracer.emit(Event(EventKind.RESUME, step=tracer.step,
+                                      request_id=request.request_id,
+                                      preemption_count=request.num_preemptions))
+                tracer.emit(Event(EventKind.ADOPTION, step=tracer.step,
+                                  request_id=request.request_id,
+                                  preemption_count=request.num_preemptions, depth=depth))
             if tracer.last_need > 0 or blocks is None:
                 tracer.emit(Event(
                     EventKind.ALLOCATION, step=tracer.step, request_id=request.request_id,
@@ -272,17 +294,8 @@ def attach(scheduler: Any, path: str) -> EngineTracer:
                     outcome=Outcome.OK if blocks is not None else Outcome.REJECTED,
                     requester=request.request_id,
                 ))
-            admitted = status in (RequestStatus.WAITING, RequestStatus.PREEMPTED)
-            if blocks is not None and admitted and "new_computed_blocks" in kwargs:
-                if status == RequestStatus.PREEMPTED:
-                    tracer.emit(Event(EventKind.RESUME, step=tracer.step,
-                                      request_id=request.request_id,
-                                      preemption_count=request.num_preemptions))
-                depth = (request.num_computed_tokens + kwargs.get("num_new_computed_tokens", 0)
-                         + kwargs.get("num_external_computed_tokens", 0))
-                tracer.emit(Event(EventKind.ADOPTION, step=tracer.step,
-                                  request_id=request.request_id,
-                                  preemption_count=request.num_preemptions, depth=depth))
+            for event in held:
+                tracer.emit(event)
             return blocks
         return f
 
