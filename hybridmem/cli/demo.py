@@ -1,35 +1,111 @@
 """``hybridmem demo``: the main job of ``make demo``.
 
-For now it prints the Falcon-H1-7B plan at b63, b83 and b108 side by side (Table B-2) and the
-storage example of Table A-1. Later work grows it into a traced serving run.
+1. The Falcon-H1-7B budget plans at b63, b83 and b108 side by side (Table B-2).
+2. A short traced serving run on vLLM (CPU) with the embedded tiny Falcon-H1 (built if missing):
+   Poisson arrivals over eight shared contexts, a small KV pool so that allocation pressure
+   evicts cached prefixes.
+3. The trace's verdict, the run summary, and the lineage report of the trace (entry versus
+   adopted joint depth per episode, loss attribution, SQL versus scalar replay), with plots.
+
+Every figure printed is measured by this command.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+from pathlib import Path
+from typing import Any
 
 from hybridmem.budget import parse_budget, plan_budget
 from hybridmem.cli.plan import format_plans
-from hybridmem.cli.storage import format_storage
+from hybridmem.errors import HybridMemError
 from hybridmem.geometry import load_geometry
 from hybridmem.units import derive_units
 
-HELP = "print the Falcon-H1-7B budget plans (b63, b83, b108) and storage examples"
+HELP = ("budget plans for Falcon-H1-7B, then a short traced vLLM run with its trace verdict, "
+        "summary and lineage report")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("demo", help=HELP, description=HELP)
-    p.add_argument("--model", default="falcon-h1-7b", metavar="MODEL")
+    p.add_argument("--out", type=Path, default=Path("out/demo"), metavar="DIR",
+                   help="output directory (default out/demo)")
+    p.add_argument("--requests", type=int, default=150, metavar="N", help="requests (150)")
+    p.add_argument("--rate", type=float, default=10.0, metavar="R", help="requests/s (10)")
+    p.add_argument("--share", type=float, default=0.8, metavar="Q", help="shared fraction (0.8)")
+    p.add_argument("--kv-blocks", type=int, default=20, metavar="B",
+                   help="KV-cache blocks of 128 tokens (20: small, so requests compete)")
+    p.add_argument("--seed", type=int, default=1, metavar="S")
+    p.add_argument("--plan-only", action="store_true", help="print the budget plans and stop")
     p.set_defaults(func=run)
 
 
+def _latency_plot(results: Path, out_png: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import pyarrow.parquet as pq
+
+    t = pq.read_table(results).to_pydict()
+    fig, ax = plt.subplots(1, 2, figsize=(10, 3.6))
+    ax[0].scatter(t["arrival_s"], t["ttft_s"], s=10, label="TTFT")
+    ax[0].scatter(t["arrival_s"], t["e2e_s"], s=10, label="E2E")
+    ax[0].set(xlabel="arrival (s)", ylabel="seconds", title="latency per request")
+    ax[0].legend()
+    ax[1].scatter(t["input_tokens"], t["cached_tokens"], s=10)
+    ax[1].set(xlabel="prompt tokens", ylabel="prefix-hit tokens",
+              title="prefix reuse per request")
+    fig.tight_layout()
+    fig.savefig(out_png, dpi=110)
+    plt.close(fig)
+
+
 def run(args: argparse.Namespace) -> int:
-    units = derive_units(load_geometry(args.model))
+    units = derive_units(load_geometry("falcon-h1-7b"))
     plans = [plan_budget(units, parse_budget(b, units)) for b in ("b63", "b83", "b108")]
-    print("== Budget plans (paper Table B-2) ==")
+    print("== 1. Falcon-H1-7B budget plans, per layer (paper Table B-2) ==")
     print(format_plans(plans))
-    print()
-    print("== Storage of example state sets (paper Table A-1) ==")
-    for xa, xr in ((1, 1), (16, 16), (4, 16), (0, 16)):
-        print(format_storage(units, xa, xr, None))
-    return 0
+    if args.plan_only:
+        return 0
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")  # vLLM's INFO lines drown the report
+    try:
+        from hybridmem.engines.vllm_run import RunConfig, run_serving
+    except ImportError as exc:
+        raise HybridMemError(f"{exc.name} is not installed; `make demo` installs the locked "
+                             "CPU vLLM set (see hybridmem/engines/README.md)") from None
+    from lineage.report import analyse, format_text, plot
+    from lineage.source import open_run
+
+    out: Path = args.out
+    cfg = RunConfig(model="tiny", requests=args.requests, rate=args.rate, share=args.share,
+                    seed=args.seed, cap=8, trace_dir=out / "trace", out=out,
+                    kv_blocks=args.kv_blocks)
+    try:
+        cfg.check()
+    except ValueError as exc:
+        raise HybridMemError(str(exc)) from None
+    print(f"\n== 2. Traced vLLM run: tiny Falcon-H1, {args.requests} requests at "
+          f"{args.rate:g}/s, q={args.share:g}, cap 8, {args.kv_blocks} KV blocks ==", flush=True)
+    result = run_serving(cfg, progress=True)
+    s: dict[str, Any] = result.summary
+    verdict = s["trace_verdict"] or {}
+    print(f"trace {s['trace_path']}: {verdict.get('reason')} "
+          f"(records {verdict.get('records')}, gaps {verdict.get('gaps')}, "
+          f"dropped {verdict.get('dropped')}, write errors {verdict.get('write_errors')})")
+    keys = ("completed", "requests", "throughput_tok_s", "throughput_ledger_tok_s", "ttft_p50",
+            "ttft_p99", "e2e_p50", "e2e_p99", "preemptions", "prefix_hit_tokens")
+    print(json.dumps({k: s[k] for k in keys}, indent=2))
+    latency_png = out / "latency.png"
+    _latency_plot(result.results_path, latency_png)
+
+    print("\n== 3. Lineage of the trace ==", flush=True)
+    report = analyse(open_run(s["trace_path"]))
+    print(format_text(report))
+    lineage_png = out / "lineage.png"
+    plot([report], str(lineage_png))
+    print(f"\nwrote {result.results_path}, {result.summary_path}, {result.manifest_path}, "
+          f"{latency_png}, {lineage_png}")
+    return 0 if verdict.get("accepted") else 1
