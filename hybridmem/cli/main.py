@@ -55,8 +55,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except HybridMemError as exc:
         print(f"hybridmem {args.command}: error: {exc}", file=sys.stderr)
         return USAGE_EXIT
-    except BrokenPipeError:
-        return 0
+    except OSError as exc:  # a path the caller named cannot be read or written
+        if isinstance(exc, BrokenPipeError):
+            return 0
+        print(f"hybridmem {args.command}: error: {exc}", file=sys.stderr)
+        return USAGE_EXIT
     return code
 
 

@@ -100,3 +100,15 @@ def test_console_script_runs():
     r = subprocess.run([sys.executable, "-m", "hybridmem.cli.main", "plan", "--model", "nope",
                         "--budget", "b63"], capture_output=True, text=True)
     assert r.returncode == 2 and "Traceback" not in r.stderr
+
+
+def test_unwritable_output_path_is_one_line_exit_2(tmp_path, capsys):
+    from hybridmem.events import Event, EventKind
+    from tracer import TraceWriter
+
+    trace = tmp_path / "t.hmt"
+    with TraceWriter(trace, {"organization": "S2"}) as w:
+        w.on_event(Event(EventKind.FINISH, request_id="r0"))
+    code = main(["trace", "export", str(trace), "--parquet", "/proc/no/such/dir/out.parquet"])
+    err = capsys.readouterr().err
+    assert code == 2 and "/proc/no/such/dir" in err and len(err.strip().splitlines()) == 1
