@@ -15,7 +15,9 @@ from hybridmem.cli.main import main
     (["--rate", "0"], "rate must be > 0"),
     (["--cap", "0"], "cap must be >= 1, got 0"),
     (["--model", "/no/such/model"], "no config.json"),
-], ids=["requests", "share", "rate", "cap", "model"])
+    (["--server", "--server-timeout", "0"], "--server-timeout must be > 0 s, got 0.0"),
+    (["--server", "--request-timeout", "-1"], "--request-timeout must be > 0 s, got -1.0"),
+], ids=["requests", "share", "rate", "cap", "model", "server-timeout", "request-timeout"])
 def test_run_rejects_bad_input_with_exit_2(argv: list[str], needle: str, tmp_path: Path,
                                            capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["run", *argv, "--out", str(tmp_path / "o")]) == 2
