@@ -34,7 +34,7 @@ from typing import Any
 
 from hybridmem.engines.run_results import RequestRecord, RunResult, summarize, write_run
 from hybridmem.engines.tiny_model import resolve_model
-from hybridmem.engines.vllm_run import TRACE_FILE, RunConfig, make_requests
+from hybridmem.engines.vllm_run import TRACE_FILE, RunConfig, make_requests, vocab_size
 from hybridmem.engines.vllm_server import SERVED_NAME, ServerSettings, VllmServer
 from hybridmem.workload import WorkloadRequest
 
@@ -191,8 +191,7 @@ def run_serving_http(cfg: RunConfig, progress: bool = True, start_timeout: float
         raise ValueError(f"timeouts must be > 0 s, got start {start_timeout}, "
                          f"request {request_timeout}")
     model = resolve_model(cfg.model, cfg.data_dir)
-    vocab = int(json.loads((model / "config.json").read_text())["vocab_size"])
-    workload = make_requests(cfg, vocab)
+    workload = make_requests(cfg, vocab_size(model))
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     manifest = workload.save_manifest(out / "workload.json")

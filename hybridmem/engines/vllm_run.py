@@ -44,6 +44,7 @@ from hybridmem.engines.run_results import (  # noqa: F401  (SUMMARY_KEYS: re-exp
     write_run,
 )
 from hybridmem.engines.tiny_model import resolve_model
+from hybridmem.errors import HybridMemError
 from hybridmem.workload import Workload, WorkloadSpec, make_workload
 
 TRACE_FILE = "trace.hmt"
@@ -82,6 +83,19 @@ class RunConfig:
             raise ValueError(f"max_model_len must be >= 64 tokens, got {self.max_model_len}")
         if self.kv_blocks is not None and self.kv_blocks < 2:
             raise ValueError(f"kv_blocks must be >= 2, got {self.kv_blocks}")
+
+
+def vocab_size(model: Path) -> int:
+    """The model's vocabulary size from its config.json (a caller error if unreadable)."""
+    try:
+        cfg = json.loads((model / "config.json").read_text())
+        vocab = int(cfg["vocab_size"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise HybridMemError(f"model {str(model)!r}: config.json gives no vocab_size "
+                             f"({type(exc).__name__}: {exc})") from None
+    if vocab < 2:
+        raise HybridMemError(f"model {str(model)!r}: vocab_size must be >= 2, got {vocab}")
+    return vocab
 
 
 def make_requests(cfg: RunConfig, vocab_size: int) -> Workload:
@@ -127,7 +141,7 @@ def run_serving(cfg: RunConfig, progress: bool = True) -> RunResult:
     # effect only if OpenMP has not started yet in this process (the CLI imports torch later).
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     model = resolve_model(cfg.model, cfg.data_dir)
-    vocab = int(json.loads((model / "config.json").read_text())["vocab_size"])
+    vocab = vocab_size(model)
     workload = make_requests(cfg, vocab)
     requests = workload.requests
     out = Path(cfg.out)
