@@ -23,12 +23,16 @@ server's process tree and this process over the replay.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import math
 import os
 import re
+import signal
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -182,6 +186,24 @@ def _engine_ids_from_trace(trace_path: Path, records: dict[str, RequestRecord]) 
             rec.engine_id = match[0]
 
 
+@contextlib.contextmanager
+def _sigterm_exits() -> Iterator[None]:
+    """SIGTERM raises SystemExit(143) meanwhile, so ``with server`` still stops the server
+    (Python's default SIGTERM action would end the process and orphan it). Main thread only."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def exit_143(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, exit_143)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def run_serving_http(cfg: RunConfig, progress: bool = True, start_timeout: float = 300.0,
                      request_timeout: float = 600.0) -> RunResult:
     """One serving run through ``vllm serve``; writes what :func:`run_serving` writes, plus
@@ -208,7 +230,7 @@ def run_serving_http(cfg: RunConfig, progress: bool = True, start_timeout: float
     )
     records = {r.request_id: RequestRecord(r) for r in workload.requests}
     server = VllmServer(settings, out / SERVER_LOG, _server_env(cfg, trace_path))
-    with server:
+    with _sigterm_exits(), server:
         server.start()
         assert server.proc is not None
         init_s = server.wait_ready(start_timeout)
