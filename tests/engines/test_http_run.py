@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -54,8 +55,7 @@ def test_server_command_binds_loopback_only_and_carries_the_settings() -> None:
     assert "--enable-prefix-caching" in argv and "--enforce-eager" in argv
     assert int(_flag(argv, "--shutdown-timeout")) > 0, "0 = abort: the engine core is killed " \
         "before its scheduler shuts down and the trace gets no END"
-    off = server_command(ServerSettings(**{**SETTINGS.__dict__, "prefix_caching": False,
-                                           "kv_blocks": None}), 1)
+    off = server_command(replace(SETTINGS, prefix_caching=False, kv_blocks=None), 1)
     assert "--no-enable-prefix-caching" in off and "--num-gpu-blocks-override" not in off
 
 
@@ -149,10 +149,9 @@ def test_server_run_matches_the_in_process_run(tiny_model: Path, tmp_path: Path)
     base = RunConfig(model=str(tiny_model), requests=12, rate=6.0, share=1.0, seed=3,
                      max_model_len=512, out=tmp_path / "x")
     http = run_serving_http(
-        RunConfig(**{**base.__dict__, "out": tmp_path / "http", "trace_dir": tmp_path / "tr"}),
+        replace(base, out=tmp_path / "http", trace_dir=tmp_path / "tr"),
         progress=False, start_timeout=240, request_timeout=120)
-    local = run_serving(RunConfig(**{**base.__dict__, "out": tmp_path / "local"}),
-                        progress=False)
+    local = run_serving(replace(base, out=tmp_path / "local"), progress=False)
     s: dict[str, Any] = http.summary
     assert (s["requests"], s["completed"], s["driver"]) == (12, 12, "http"), s["request_errors"]
     assert s["server_exit_code"] == 0, "SIGINT must shut the server down cleanly"
