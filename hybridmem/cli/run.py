@@ -8,7 +8,8 @@ from pathlib import Path
 
 from hybridmem.errors import HybridMemError
 
-HELP = "serve a Poisson workload on vLLM in-process and write results.parquet + summary.json"
+HELP = ("serve a Poisson workload on vLLM (in-process, or through `vllm serve` over HTTP with "
+        "--server) and write results.parquet + summary.json")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -35,6 +36,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--kv-blocks", type=int, default=None, metavar="B",
                    help="KV-cache blocks (default: sized from 256 MiB)")
     p.add_argument("--out", type=Path, required=True, metavar="DIR", help="output directory")
+    p.add_argument("--server", action="store_true",
+                   help="run vLLM's OpenAI-compatible server as a subprocess on 127.0.0.1 (a free "
+                   "port) with the same settings and replay the workload over HTTP, streaming "
+                   "/v1/completions; writes OUT/server.log too")
+    p.add_argument("--server-timeout", type=float, default=300.0, metavar="S",
+                   help="with --server: seconds to wait for the server's /health (default 300)")
+    p.add_argument("--request-timeout", type=float, default=600.0, metavar="S",
+                   help="with --server: seconds one request may take, stream included "
+                   "(default 600); a request past it counts as failed")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
 
@@ -42,6 +52,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     try:
         from hybridmem.engines.vllm_run import RunConfig, run_serving
+        if args.server:
+            import httpx  # noqa: F401
+
+            from hybridmem.engines.http_run import run_serving_http
     except ImportError as exc:
         raise HybridMemError(f"{exc.name} is not installed; install hybridmem[vllm] "
                              "(see hybridmem/engines/README.md)") from None
@@ -57,13 +71,24 @@ def run(args: argparse.Namespace) -> int:
         if args.model != "tiny" and not (Path(args.model) / "config.json").exists():
             raise ValueError(f"model {args.model!r}: no config.json there "
                              "(use 'tiny' or a model directory)")
+        for name in ("server_timeout", "request_timeout"):
+            value = getattr(args, name)
+            if not value > 0:
+                raise ValueError(f"--{name.replace('_', '-')} must be > 0 s, got {value}")
     except ValueError as exc:
         raise HybridMemError(str(exc)) from None
-    result = run_serving(cfg, progress=not args.quiet)
+    if args.server:
+        result = run_serving_http(cfg, progress=not args.quiet,
+                                  start_timeout=args.server_timeout,
+                                  request_timeout=args.request_timeout)
+    else:
+        result = run_serving(cfg, progress=not args.quiet)
     s = result.summary
     keys = ("seed", "trace", "requests", "completed", "throughput_tok_s",
             "throughput_ledger_tok_s", "ttft_p50", "ttft_p99", "e2e_p50", "e2e_p99",
             "preemptions", "prefix_hit_tokens", "trace_path", "trace_verdict")
     print(json.dumps({k: s[k] for k in keys}, indent=2))
     print(f"wrote {result.results_path}, {result.summary_path}, {result.manifest_path}")
+    if args.server:
+        print(f"server log: {s['server_log']} (exit code {s['server_exit_code']})")
     return 0

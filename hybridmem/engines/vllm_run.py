@@ -32,21 +32,21 @@ import math
 import os
 import sys
 import time
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
-import numpy as np
-
-from hybridmem.engines.tiny_model import resolve_model
-from hybridmem.workload import Workload, WorkloadRequest, WorkloadSpec, make_workload
-
-SUMMARY_KEYS = (
-    "seed", "trace", "throughput_tok_s", "throughput_ledger_tok_s", "ttft_p50", "ttft_p99",
-    "e2e_p50", "e2e_p99", "preemptions", "prefix_hit_tokens", "requests", "completed",
-    "trace_path", "trace_verdict",
+from hybridmem.engines.run_results import (  # noqa: F401  (SUMMARY_KEYS: re-exported)
+    SUMMARY_KEYS,
+    RequestRecord,
+    RunResult,
+    summarize,
+    write_run,
 )
+from hybridmem.engines.tiny_model import resolve_model
+from hybridmem.errors import HybridMemError
+from hybridmem.workload import Workload, WorkloadSpec, make_workload
+
 TRACE_FILE = "trace.hmt"
 
 
@@ -85,29 +85,25 @@ class RunConfig:
             raise ValueError(f"kv_blocks must be >= 2, got {self.kv_blocks}")
 
 
+def vocab_size(model: Path) -> int:
+    """The model's vocabulary size from its config.json (a caller error if unreadable)."""
+    try:
+        cfg = json.loads((model / "config.json").read_text())
+        vocab = int(cfg["vocab_size"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise HybridMemError(f"model {str(model)!r}: config.json gives no vocab_size "
+                             f"({type(exc).__name__}: {exc})") from None
+    if vocab < 2:
+        raise HybridMemError(f"model {str(model)!r}: vocab_size must be >= 2, got {vocab}")
+    return vocab
+
+
 def make_requests(cfg: RunConfig, vocab_size: int) -> Workload:
     """The run's workload from :mod:`hybridmem.workload` (SPEC §10), scaled to the model limit."""
     return make_workload(WorkloadSpec(
         vocab_size=vocab_size, num_requests=cfg.requests, rate=cfg.rate, share=cfg.share,
         seed=cfg.seed, isolate=cfg.isolate, model_limit=cfg.max_model_len,
     ))
-
-
-@dataclass
-class _Record:
-    spec: WorkloadRequest
-    submitted: float = math.nan
-    first_token: float = math.nan
-    finished: float = math.nan
-    token_ids: list[int] = field(default_factory=list)
-    cached_tokens: int = 0
-    finish_reason: str = ""
-    engine_id: str = ""  # vLLM's internal id (workload id + "-" + 8 random chars) = trace id
-
-
-def _pct(values: Sequence[float], q: float) -> float | None:
-    vals = [v for v in values if not math.isnan(v)]
-    return float(np.percentile(vals, q)) if vals else None
 
 
 def _metric_total(name: str) -> float:
@@ -132,13 +128,6 @@ def _engine(cfg: RunConfig, model: Path) -> Any:
     return LLMEngine.from_engine_args(EngineArgs(**kwargs))
 
 
-class RunResult(NamedTuple):
-    summary: dict[str, Any]
-    results_path: Path
-    summary_path: Path
-    manifest_path: Path
-
-
 def run_serving(cfg: RunConfig, progress: bool = True) -> RunResult:
     """One serving run; writes results.parquet, summary.json and workload.json into cfg.out."""
     cfg.check()
@@ -152,7 +141,7 @@ def run_serving(cfg: RunConfig, progress: bool = True) -> RunResult:
     # effect only if OpenMP has not started yet in this process (the CLI imports torch later).
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     model = resolve_model(cfg.model, cfg.data_dir)
-    vocab = int(json.loads((model / "config.json").read_text())["vocab_size"])
+    vocab = vocab_size(model)
     workload = make_requests(cfg, vocab)
     requests = workload.requests
     out = Path(cfg.out)
@@ -171,6 +160,7 @@ def run_serving(cfg: RunConfig, progress: bool = True) -> RunResult:
                                             "share": cfg.share, "isolate": cfg.isolate}})
         tracing.install()
     try:
+        import vllm
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
 
@@ -189,7 +179,7 @@ def run_serving(cfg: RunConfig, progress: bool = True) -> RunResult:
         assert tracer is None, "untraced run has a tracer attached; HYBRIDMEM_TRACE leaked in"
 
     preempt0 = _metric_total("vllm:num_preemptions")
-    records = {r.request_id: _Record(r) for r in requests}
+    records = {r.request_id: RequestRecord(r) for r in requests}
     pending = sorted(requests, key=lambda r: r.arrival_s)
     bar = _progress(len(requests), progress)
     t0 = time.perf_counter()
@@ -232,15 +222,13 @@ def run_serving(cfg: RunConfig, progress: bool = True) -> RunResult:
         engine.engine_core.shutdown()  # closes the trace (END)
     ledger = time.perf_counter() - t0
     cpu_s = time.process_time() - cpu0
-    summary = _summarize(cfg, records, ledger, init_s, trace_path, preemptions)
+    summary = summarize(cfg, records, ledger, init_s, trace_path, preemptions,
+                        engine_version=vllm.__version__, driver="inprocess")
     # CPU seconds of this process over the ledger interval: on a shared box, where wall-clock
     # throughput moves with other tenants' load, tokens per CPU second isolates the probe cost.
     summary["cpu_s"] = cpu_s
     summary["throughput_cpu_tok_s"] = summary["output_tokens"] / cpu_s if cpu_s > 0 else None
-    results = _write_results(records, out / "results.parquet")
-    summary_path = out / "summary.json"
-    summary_path.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
-    return RunResult(summary, results, summary_path, manifest)
+    return write_run(out, summary, records, manifest)
 
 
 def _scheduler(engine: Any) -> Any:
@@ -254,66 +242,3 @@ def _progress(total: int, enabled: bool) -> Any:
     from tqdm import tqdm
 
     return tqdm(total=total, desc="requests", unit="req", file=sys.stderr, leave=False)
-
-
-def _summarize(cfg: RunConfig, records: dict[str, _Record], ledger: float, init_s: float,
-               trace_path: Path | None, preemptions: int) -> dict[str, Any]:
-    import vllm
-
-    from hybridmem.engines.trace_sink import verify_trace
-
-    recs = list(records.values())
-    done = [r for r in recs if not math.isnan(r.finished)]
-    ok = [r for r in done if r.finish_reason in ("length", "stop")]
-    tokens = sum(len(r.token_ids) for r in ok)
-    first_arrival = min(r.spec.arrival_s for r in recs)
-    last_done = max((r.finished for r in done), default=math.nan)
-    span = last_done - first_arrival
-    ttft = [r.first_token - r.spec.arrival_s for r in ok]
-    e2e = [r.finished - r.spec.arrival_s for r in ok]
-    return {
-        "seed": cfg.seed,
-        "trace": trace_path is not None,
-        "throughput_tok_s": tokens / span if span > 0 else None,
-        "throughput_ledger_tok_s": tokens / ledger if ledger > 0 else None,
-        "ttft_p50": _pct(ttft, 50), "ttft_p99": _pct(ttft, 99),
-        "e2e_p50": _pct(e2e, 50), "e2e_p99": _pct(e2e, 99),
-        "preemptions": preemptions,
-        "prefix_hit_tokens": sum(r.cached_tokens for r in recs),
-        "requests": len(recs),
-        "completed": len(ok),
-        "output_tokens": tokens,
-        "request_span_s": span,
-        "ledger_s": ledger,
-        "engine_init_s": init_s,
-        "trace_path": str(trace_path) if trace_path is not None else None,
-        "trace_verdict": verify_trace(trace_path) if trace_path is not None else None,
-        "engine": "vllm", "engine_version": vllm.__version__,
-        "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()},
-    }
-
-
-def _write_results(records: dict[str, _Record], path: Path) -> Path:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    recs = list(records.values())
-    nan = float("nan")
-    table = pa.table({
-        "request_id": [r.spec.request_id for r in recs],
-        "engine_request_id": [r.engine_id for r in recs],
-        "arrival_s": [r.spec.arrival_s for r in recs],
-        "input_tokens": [len(r.spec.prompt_token_ids) for r in recs],
-        "max_output_tokens": [r.spec.max_output_tokens for r in recs],
-        "output_tokens": [len(r.token_ids) for r in recs],
-        "ttft_s": [r.first_token - r.spec.arrival_s if r.first_token == r.first_token else nan
-                   for r in recs],
-        "e2e_s": [r.finished - r.spec.arrival_s if r.finished == r.finished else nan
-                  for r in recs],
-        "success": [r.finish_reason in ("length", "stop") for r in recs],
-        "finish_reason": [r.finish_reason for r in recs],
-        "cached_tokens": [r.cached_tokens for r in recs],
-        "output_token_ids": pa.array([r.token_ids for r in recs], type=pa.list_(pa.int32())),
-    })
-    pq.write_table(table, path)
-    return path
