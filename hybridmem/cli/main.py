@@ -60,6 +60,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         print(f"hybridmem {args.command}: error: {exc}", file=sys.stderr)
         return USAGE_EXIT
+    except KeyboardInterrupt:
+        print(f"hybridmem {args.command}: interrupted", file=sys.stderr)
+        return 130
     return code
 
 
