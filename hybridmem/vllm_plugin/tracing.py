@@ -44,6 +44,12 @@ Episodes are ``(request_id, preemption_count)``: INITIAL is 0, each preemption s
 Steps count ``Scheduler.schedule`` calls (events between steps carry the last step's number).
 Moving a block's keys to a private copy (``move_block_hashes``) keeps them discoverable and
 emits nothing.
+
+Hook cost. ``allocate_slots`` runs for every scheduled request every step, so its wrapper leaves
+after a few attribute stores when a running request allocates nothing and causes no event. The
+wrappers' own time (wrapper minus wrapped method, ``time.perf_counter``) on the tiny Falcon-H1,
+120 requests, is about 25-30 ms per run (~0.7% of a ~4 s request span); the writer adds nothing
+measurable to ``Scheduler.schedule`` against a null sink.
 """
 
 from __future__ import annotations
