@@ -37,8 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from hybridmem.engines.run_results import RequestRecord, RunResult, summarize, write_run
-from hybridmem.engines.tiny_model import resolve_model
-from hybridmem.engines.vllm_run import TRACE_FILE, RunConfig, make_requests, vocab_size
+from hybridmem.engines.vllm_run import RunConfig, prepare_run
 from hybridmem.engines.vllm_server import SERVED_NAME, ServerSettings, VllmServer
 from hybridmem.workload import WorkloadRequest
 
@@ -212,17 +211,7 @@ def run_serving_http(cfg: RunConfig, progress: bool = True, start_timeout: float
     if not start_timeout > 0 or not request_timeout > 0:
         raise ValueError(f"timeouts must be > 0 s, got start {start_timeout}, "
                          f"request {request_timeout}")
-    model = resolve_model(cfg.model, cfg.data_dir)
-    workload = make_requests(cfg, vocab_size(model))
-    out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
-    manifest = workload.save_manifest(out / "workload.json")
-    trace_path: Path | None = None
-    if cfg.trace_dir is not None:
-        Path(cfg.trace_dir).mkdir(parents=True, exist_ok=True)
-        trace_path = Path(cfg.trace_dir) / TRACE_FILE
-        for stale in (trace_path, trace_path.with_suffix(".jsonl")):
-            stale.unlink(missing_ok=True)  # the verdict must be this run's
+    model, workload, out, manifest, trace_path = prepare_run(cfg)
     settings = ServerSettings(
         model=model, dtype=cfg.dtype, seed=cfg.seed, max_model_len=cfg.max_model_len,
         cap=cfg.cap, prefix_caching=cfg.prefix_caching, kv_blocks=cfg.kv_blocks,

@@ -106,6 +106,24 @@ def make_requests(cfg: RunConfig, vocab_size: int) -> Workload:
     ))
 
 
+def prepare_run(cfg: RunConfig) -> tuple[Path, Workload, Path, Path, Path | None]:
+    """What both drivers set up before serving: the model directory, the workload, the output
+    directory, the saved manifest, and the trace path (stale traces removed, so the verdict is
+    this run's; ``None`` untraced)."""
+    model = resolve_model(cfg.model, cfg.data_dir)
+    workload = make_requests(cfg, vocab_size(model))
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    manifest = workload.save_manifest(out / "workload.json")
+    trace_path: Path | None = None
+    if cfg.trace_dir is not None:
+        Path(cfg.trace_dir).mkdir(parents=True, exist_ok=True)
+        trace_path = Path(cfg.trace_dir) / TRACE_FILE
+        for stale in (trace_path, trace_path.with_suffix(".jsonl")):
+            stale.unlink(missing_ok=True)
+    return model, workload, out, manifest, trace_path
+
+
 def _metric_total(name: str) -> float:
     """Sum of a vLLM Prometheus counter over its label sets (0 when absent)."""
     from vllm.v1.metrics.reader import Counter, get_metrics_snapshot
@@ -140,20 +158,12 @@ def run_serving(cfg: RunConfig, progress: bool = True) -> RunResult:
     # thread another tenant has descheduled, and runs here slowed down 10-40x at random. Takes
     # effect only if OpenMP has not started yet in this process (the CLI imports torch later).
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    model = resolve_model(cfg.model, cfg.data_dir)
-    vocab = vocab_size(model)
-    workload = make_requests(cfg, vocab)
+    model, workload, out, manifest, trace_path = prepare_run(cfg)
     requests = workload.requests
-    out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
-    manifest = workload.save_manifest(out / "workload.json")
 
-    trace_path: Path | None = None
-    if cfg.trace_dir is not None:
+    if trace_path is not None:
         from hybridmem.vllm_plugin import tracing
 
-        Path(cfg.trace_dir).mkdir(parents=True, exist_ok=True)
-        trace_path = Path(cfg.trace_dir) / TRACE_FILE
         os.environ[tracing.TRACE_ENV] = str(trace_path)
         os.environ[tracing.META_ENV] = json.dumps(
             {"seed": cfg.seed, "workload": {"requests": cfg.requests, "rate": cfg.rate,
