@@ -155,14 +155,20 @@ def _paged_ssm_update_kernel(
 
 
 def _block_m(d_state: int) -> int:
-    """Rows per program: keep the fp32 tile near 512-1024 elements (as vLLM's hand tuning)."""
+    """Rows per program: 32/16/8 rows for d_state <= 16/32/larger (tiles of 512-2048 elements;
+    the 8-row tile for d_state > 64 is the H200 measurement in :func:`_num_warps`)."""
     if d_state <= 16:
         return 32
     if d_state <= 32:
         return 16
-    if d_state <= 64:
-        return 8
-    return 4
+    return 8
+
+
+def _num_warps(d_state: int) -> int:
+    """Warps per program. For d_state > 64 (Falcon-H1-7B: 256) an [8, d_state] tile on 2 warps
+    measured fastest on an H200 (``benchmarks/sweep_ssm_tiles.py``; 0.66-0.68x the time of
+    [4, 256] on 4 warps with bf16 state, 0.85x with fp32). Smaller d_state: Triton's 4."""
+    return 2 if d_state > 64 else 4
 
 
 def _tied(p: SsmParams) -> bool:
@@ -191,6 +197,8 @@ def paged_selective_state_update(
     out: torch.Tensor | None = None,
     d_state: int | None = None,
     validate: bool = True,
+    block_m: int | None = None,
+    num_warps: int | None = None,
 ) -> torch.Tensor:
     """One Mamba2 decode step with the state read from / written to member pages of ``pool``.
 
@@ -206,6 +214,8 @@ def paged_selective_state_update(
     d_state: needed only when A is given per head (``[heads]``); else read from A / B.
     validate: check page ids on the host (one device sync) for range, all-or-nothing rows and
         write races; pass False on a hot path whose tables are known good.
+    block_m, num_warps: tile rows per program and warps per program (powers of two); None picks
+        the measured defaults (``_block_m``, ``_num_warps``). For tuning sweeps.
     Returns ``out``.
     """
     check_pool(pool, "pool")
@@ -235,7 +245,10 @@ def paged_selective_state_update(
         raise ValueError(f"out must have shape {(batch, heads, dim)}, got {tuple(out.shape)}")
     if batch == 0:
         return out
-    block_m = min(_block_m(n), triton.next_power_of_2(dim))
+    for name, v in (("block_m", block_m), ("num_warps", num_warps)):
+        if v is not None and (v < 1 or v & (v - 1)):
+            raise ValueError(f"{name} must be a power of two >= 1, got {v}")
+    block_m = min(block_m or _block_m(n), triton.next_power_of_2(dim))
     grid = (triton.cdiv(dim, block_m), batch, heads)
     _paged_ssm_update_kernel[grid](
         pool, src_pages, dst,
@@ -252,5 +265,6 @@ def paged_selective_state_update(
         TIE_HDIM=_tied(p),
         BLOCK_M=block_m,
         BLOCK_N=triton.next_power_of_2(n),
+        num_warps=num_warps or _num_warps(n),
     )
     return out

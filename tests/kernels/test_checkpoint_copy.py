@@ -104,10 +104,11 @@ def test_bad_arguments_raise():
     gen = torch.Generator().manual_seed(10)
     pool, table = world(2, 2048, torch.float32, gen)
     with pytest.raises(ValueError, match="dtype"):
-        gather_pages(pool, table, torch.zeros(2, N_ELEMS, dtype=torch.bfloat16))
+        gather_pages(pool, table,
+                     torch.zeros(2, N_ELEMS, dtype=torch.bfloat16, device=pool.device))
     dup = table.clone()
     dup[1, 0] = dup[0, 0]
     with pytest.raises(ValueError, match="more than one member"):
-        scatter_pages(pool, dup, torch.zeros(2, N_ELEMS))
+        scatter_pages(pool, dup, torch.zeros(2, N_ELEMS, device=pool.device))
     with pytest.raises(ValueError, match=r"shape \(2, 3\)"):
-        gather_pages(pool, table[:, :2], torch.zeros(2, N_ELEMS))
+        gather_pages(pool, table[:, :2], torch.zeros(2, N_ELEMS, device=pool.device))

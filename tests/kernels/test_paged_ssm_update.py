@@ -46,7 +46,9 @@ FP32_ALL = Dtypes(torch.float32, torch.float32, "state_fp32-act_fp32")
 
 def make_params(batch: int, act: torch.dtype, gen: torch.Generator) -> SsmParams:
     def r(*shape: int) -> torch.Tensor:
-        return torch.randn(*shape, generator=gen)
+        # drawn on the CPU generator, then moved: expand_params must see device tensors, since
+        # moving its stride-0 views would materialise them (and merge the tied/general paths)
+        return torch.randn(*shape, generator=gen).to(DEVICE)
 
     x = r(batch, HEADS, HEAD_DIM).to(act)
     dt = (r(batch, HEADS) * 0.5).to(act)
@@ -56,8 +58,7 @@ def make_params(batch: int, act: torch.dtype, gen: torch.Generator) -> SsmParams
     D = r(HEADS)
     z = r(batch, HEADS, HEAD_DIM).to(act)
     dt_bias = r(HEADS) * 0.1
-    p = expand_params(x, dt, A, B, C, D, z, dt_bias, D_STATE)
-    return SsmParams(*(t.to(DEVICE) if t is not None else None for t in p))
+    return expand_params(x, dt, A, B, C, D, z, dt_bias, D_STATE)
 
 
 def run_tri(pool, src, dst, p: SsmParams, out=None):
