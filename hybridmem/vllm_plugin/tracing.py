@@ -161,6 +161,7 @@ class EngineTracer:
         self.last_need = 0
         self.depth_of: dict[bytes, int] = {}  # discoverable key -> boundary tokens
         self.held: list[Event] | None = None  # events held back during allocate_slots
+        self.hooked: list[tuple[Any, str]] = []  # (object, method name) wrapped by attach()
 
     # -- emission helpers ------------------------------------------------------------------
 
@@ -213,6 +214,23 @@ def _wrap(obj: Any, name: str, make: Any) -> None:
     """Replace bound method ``obj.name`` by ``make(original)`` on this instance only."""
     original = getattr(obj, name)
     setattr(obj, name, functools.wraps(original)(make(original)))
+
+
+def detach(scheduler: Any) -> None:
+    """Close this scheduler's trace (END) and remove every hook ``attach`` put on its objects,
+    so their methods are the classes' own again. A no-op on an untraced scheduler.
+
+    For in-process A/B measurements of the hook cost (``benchmarks/bench_trace_probe.py``):
+    the same engine alternates traced and untraced rounds.
+    """
+    tracer = getattr(scheduler, TRACER_ATTR, None)
+    if tracer is None:
+        return
+    for obj, name in tracer.hooked:
+        if name in vars(obj):
+            delattr(obj, name)
+    delattr(scheduler, TRACER_ATTR)
+    tracer.close()
 
 
 def attach(scheduler: Any, path: str) -> EngineTracer:
@@ -373,16 +391,19 @@ def attach(scheduler: Any, path: str) -> EngineTracer:
             return bool(ok)
         return f
 
-    _wrap(scheduler, "schedule", schedule)
-    _wrap(scheduler, "add_request", add_request)
-    _wrap(scheduler, "_preempt_request", preempt)
-    _wrap(scheduler, "_free_request", free_request)
-    _wrap(scheduler, "shutdown", shutdown)
-    _wrap(kvm, "allocate_slots", allocate_slots)
-    _wrap(kvm.coordinator, "get_num_blocks_to_allocate", num_blocks_to_allocate)
-    _wrap(pool, "_insert_block_hash", insert_block_hash)
-    _wrap(pool, "_remove_cached_block_hashes", remove_cached_block_hashes)
-    _wrap(pool, "move_block_hashes", move_block_hashes)
-    _wrap(pool, "cache_full_blocks", cache_full_blocks)
-    _wrap(pool, "reset_prefix_cache", reset_prefix_cache)
+    hooks: list[tuple[Any, dict[str, Any]]] = [
+        (scheduler, {"schedule": schedule, "add_request": add_request,
+                     "_preempt_request": preempt, "_free_request": free_request,
+                     "shutdown": shutdown}),
+        (kvm, {"allocate_slots": allocate_slots}),
+        (kvm.coordinator, {"get_num_blocks_to_allocate": num_blocks_to_allocate}),
+        (pool, {"_insert_block_hash": insert_block_hash,
+                "_remove_cached_block_hashes": remove_cached_block_hashes,
+                "move_block_hashes": move_block_hashes, "cache_full_blocks": cache_full_blocks,
+                "reset_prefix_cache": reset_prefix_cache}),
+    ]
+    for obj, table in hooks:
+        for name, make in table.items():
+            _wrap(obj, name, make)
+    tracer.hooked = [(obj, name) for obj, table in hooks for name in table]
     return tracer
