@@ -111,3 +111,23 @@ def test_cli_exit_codes_and_output(tmp_path, capsys):
     code = main(["fidelity", "--on", str(on[0]), "--off", str(tmp_path / "nope")])
     err = capsys.readouterr().err
     assert code == 2 and "no summary.json" in err and len(err.strip().splitlines()) == 1
+
+
+def test_cli_plot_and_help(tmp_path, capsys):
+    on, off = runs(tmp_path, [100.0, 100.5, 99.8], [100.0, 100.0, 100.0])
+    png = tmp_path / "f.png"
+    code = main(["fidelity", "--on", *map(str, on), "--off", *map(str, off), "--plot", str(png)])
+    out = capsys.readouterr().out
+    assert code == 0 and f"plot: {png}" in out
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with pytest.raises(SystemExit):
+        main(["fidelity", "--help"])
+    helptext = capsys.readouterr().out
+    assert "90% paired-t" in helptext and "%%" not in helptext
+
+
+def test_cpu_metric_is_a_choice(tmp_path):
+    on, off = runs(tmp_path, [100.0, 100.0, 100.0], [100.0, 100.0, 100.0],
+                   throughput_cpu_tok_s=50.0)
+    r = fidelity(on, off, metric="throughput_cpu_tok_s")
+    assert r.metric == "throughput_cpu_tok_s" and r.interval.mean == 0.0
