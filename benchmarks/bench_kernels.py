@@ -62,8 +62,19 @@ def shuffled_table(batch: int, width: int, pool_rows: int, gen: torch.Generator)
     return ids.view(batch, width).to(torch.int32).to(DEV)
 
 
-def bench_ssm(batch: int, state_dtype: torch.dtype, rep_ms: int, gen: torch.Generator) -> Row:
-    from kernels.paged_ssm_update import paged_selective_state_update
+class SsmCase(NamedTuple):
+    """One Falcon-H1-7B decode step's inputs over a pool twice the working set."""
+
+    params: tuple[torch.Tensor, ...]  # x, dt, A, B, C, D, z, dt_bias
+    out: torch.Tensor
+    paged_pool: torch.Tensor
+    paged: torch.Tensor  # random real member pages
+    dense_pool: torch.Tensor
+    ident: torch.Tensor  # identity table over the dense pool
+    bytes_moved: int  # state read + written plus activations, parameters and outputs
+
+
+def ssm_case(batch: int, state_dtype: torch.dtype, gen: torch.Generator) -> SsmCase:
     from kernels.paging import elems_per_page, num_members
 
     geo = PRESETS["falcon-h1-7b"]
@@ -80,22 +91,33 @@ def bench_ssm(batch: int, state_dtype: torch.dtype, rep_ms: int, gen: torch.Gene
     D = torch.randn(heads, device=DEV)
     z = torch.randn(batch, heads, dim, device=DEV, dtype=act)
     dt_bias = torch.randn(heads, device=DEV)
-    out = torch.empty_like(x)
     paged_pool = torch.randn(2 * batch * width, epp, device=DEV).to(state_dtype)
-    paged = shuffled_table(batch, width, paged_pool.shape[0], gen)
-    dense_pool = torch.randn(batch * width, epp, device=DEV).to(state_dtype)
-    ident = torch.arange(batch * width, dtype=torch.int32, device=DEV).view(batch, width)
-
-    def run(pool: torch.Tensor, table: torch.Tensor) -> Callable[[], object]:
-        return lambda: paged_selective_state_update(
-            pool, table, None, x, dt, A, B, C, D, z, dt_bias, dt_softplus=True, out=out,
-            validate=False)
-
     state_bytes = 2 * heads * dim * n * state_dtype.itemsize  # read + write
     act_bytes = (3 * heads * dim + heads + 2 * groups * n) * act.itemsize  # x, z, out, dt, B, C
-    t_p = bench_ms(run(paged_pool, paged), rep_ms)
-    t_c = bench_ms(run(dense_pool, ident), rep_ms)
-    return Row("ssm_update", batch, batch * (state_bytes + act_bytes), 1e3 * t_p, 1e3 * t_c)
+    return SsmCase(
+        params=(x, dt, A, B, C, D, z, dt_bias), out=torch.empty_like(x), paged_pool=paged_pool,
+        paged=shuffled_table(batch, width, paged_pool.shape[0], gen),
+        dense_pool=torch.randn(batch * width, epp, device=DEV).to(state_dtype),
+        ident=torch.arange(batch * width, dtype=torch.int32, device=DEV).view(batch, width),
+        bytes_moved=batch * (state_bytes + act_bytes))
+
+
+def ssm_call(case: SsmCase, pool: torch.Tensor, table: torch.Tensor,
+             **tuning: int | None) -> Callable[[], object]:
+    """The timed call: one in-place decode step of ``case`` on ``pool`` through ``table``."""
+    from kernels.paged_ssm_update import paged_selective_state_update
+
+    x, dt, A, B, C, D, z, dt_bias = case.params
+    return lambda: paged_selective_state_update(
+        pool, table, None, x, dt, A, B, C, D, z, dt_bias, dt_softplus=True, out=case.out,
+        validate=False, **tuning)
+
+
+def bench_ssm(batch: int, state_dtype: torch.dtype, rep_ms: int, gen: torch.Generator) -> Row:
+    case = ssm_case(batch, state_dtype, gen)
+    t_p = bench_ms(ssm_call(case, case.paged_pool, case.paged), rep_ms)
+    t_c = bench_ms(ssm_call(case, case.dense_pool, case.ident), rep_ms)
+    return Row("ssm_update", batch, case.bytes_moved, 1e3 * t_p, 1e3 * t_c)
 
 
 def bench_conv(batch: int, rep_ms: int, gen: torch.Generator) -> Row:

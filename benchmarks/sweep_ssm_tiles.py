@@ -18,8 +18,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.bench_kernels import SsmCase  # noqa: E402
 from hybridmem.geometry import PRESETS  # noqa: E402
-from hybridmem.units import derive_units  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -32,49 +32,28 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     import triton.testing
 
-    from benchmarks.bench_kernels import shuffled_table
-    from kernels.paged_ssm_update import paged_selective_state_update
+    from benchmarks.bench_kernels import ssm_call, ssm_case
     from kernels.paged_ssm_update.kernel import _block_m, _num_warps
-    from kernels.paging import elems_per_page, num_members
 
-    dev = "cuda"
     geo = PRESETS["falcon-h1-7b"]
-    units = derive_units(geo)
-    heads, dim, n, groups = geo.mamba_heads, geo.mamba_head_dim, geo.d_state, geo.n_groups
-    print(f"# {torch.cuda.get_device_name()}: heads {heads}, head_dim {dim}, d_state {n}, "
-          f"groups {groups}; default block_m {_block_m(n)}, {_num_warps(n)} warps")
+    n = geo.d_state
+    print(f"# {torch.cuda.get_device_name()}: heads {geo.mamba_heads}, head_dim "
+          f"{geo.mamba_head_dim}, d_state {n}, groups {geo.n_groups}; default block_m "
+          f"{_block_m(n)}, {_num_warps(n)} warps")
     print(f"{'state':>5} {'batch':>5} {'block_m':>7} {'warps':>5} {'us':>8} {'GB/s':>6} "
           f"{'vs_default':>10}")
     gen = torch.Generator().manual_seed(0)
     for state_dtype in (torch.bfloat16, torch.float32):
-        epp = elems_per_page(units, state_dtype)
-        width = num_members(heads * dim * n, epp)
+        tag = "bf16" if state_dtype == torch.bfloat16 else "fp32"
         for batch in (int(b) for b in args.batches.split(",")):
-            act = torch.bfloat16
-            x = torch.randn(batch, heads, dim, device=dev, dtype=act)
-            dt = torch.randn(batch, heads, device=dev, dtype=act)
-            A = -torch.rand(heads, device=dev)
-            B = torch.randn(batch, groups, n, device=dev, dtype=act)
-            C = torch.randn(batch, groups, n, device=dev, dtype=act)
-            D = torch.randn(heads, device=dev)
-            z = torch.randn(batch, heads, dim, device=dev, dtype=act)
-            dt_bias = torch.randn(heads, device=dev)
-            out = torch.empty_like(x)
-            pool = torch.randn(2 * batch * width, epp, device=dev).to(state_dtype)
-            table = shuffled_table(batch, width, pool.shape[0], gen)
-            moved = batch * (2 * heads * dim * n * state_dtype.itemsize
-                             + (3 * heads * dim + heads + 2 * groups * n) * act.itemsize)
+            case = ssm_case(batch, state_dtype, gen)
 
-            call = (pool, table, None, x, dt, A, B, C, D, z, dt_bias)
-
-            def timed(bm: int | None, nw: int | None, call: tuple = call, out: torch.Tensor = out
-                      ) -> float:
-                fn = lambda: paged_selective_state_update(  # noqa: E731
-                    *call, dt_softplus=True, out=out, validate=False, block_m=bm, num_warps=nw)
+            def timed(bm: int | None, nw: int | None, case: SsmCase = case) -> float:
+                fn = ssm_call(case, case.paged_pool, case.paged, block_m=bm, num_warps=nw)
                 return float(triton.testing.do_bench(fn, rep=args.rep_ms))
 
             base = timed(None, None)
-            tag = "bf16" if state_dtype == torch.bfloat16 else "fp32"
+            moved = case.bytes_moved
             print(f"{tag:>5} {batch:>5} {'dflt':>7} {'dflt':>5} {1e3 * base:>8.1f} "
                   f"{moved / base / 1e6:>6.0f} {1.0:>10.3f}", flush=True)
             for bm in (1, 2, 4, 8, 16, 32):
