@@ -14,7 +14,7 @@ import triton
 import triton.language as tl
 
 from kernels.paging import check_index, check_pool, check_table_values, check_writes_safe
-from kernels.triton_utils import cast_rtne
+from kernels.triton_utils import NATIVE_CAST, cast_rtne
 
 FLOAT_DTYPES = (torch.float32, torch.bfloat16)
 BLOCK_C = 256
@@ -39,6 +39,7 @@ def _conv_slot_update_kernel(
     SILU: tl.constexpr,
     BLOCK_C: tl.constexpr,
     BLOCK_K: tl.constexpr,
+    NATIVE: tl.constexpr,
 ):
     pid_b = tl.program_id(0).to(tl.int64)
     pid_c = tl.program_id(1)
@@ -76,9 +77,9 @@ def _conv_slot_update_kernel(
     new = tl.where(offs_k[None, :] == WIDTH - 2, x[:, None], shifted)
     tl.debug_barrier()  # in place (dst == src): every thread's loads precede any store
     dst_base = line_pool_ptr + dst_line * slot_stride
-    tl.store(dst_base + tile_off, cast_rtne(new, line_pool_ptr.dtype.element_ty), mask=mask)
-    tl.store(out_ptr + pid_b * s_o_b + offs_c * s_o_c, cast_rtne(acc, out_ptr.dtype.element_ty),
-             mask=mask_c)
+    tl.store(dst_base + tile_off, cast_rtne(new, line_pool_ptr.dtype.element_ty, NATIVE), mask=mask)
+    tl.store(out_ptr + pid_b * s_o_b + offs_c * s_o_c,
+             cast_rtne(acc, out_ptr.dtype.element_ty, NATIVE), mask=mask_c)
 
 
 def conv_slot_update(
@@ -145,6 +146,6 @@ def conv_slot_update(
         conv_dim, line_pool.stride(0),
         *x.stride(), *weight.stride(), *out.stride(),
         WIDTH=width, HAS_BIAS=bias is not None, SILU=silu,
-        BLOCK_C=BLOCK_C, BLOCK_K=triton.next_power_of_2(width - 1),
+        BLOCK_C=BLOCK_C, BLOCK_K=triton.next_power_of_2(width - 1), NATIVE=NATIVE_CAST,
     )
     return out

@@ -25,7 +25,7 @@ from kernels.paging import (
     check_writes_safe,
     num_members,
 )
-from kernels.triton_utils import cast_rtne
+from kernels.triton_utils import NATIVE_CAST, cast_rtne
 
 FLOAT_DTYPES = (torch.float32, torch.bfloat16)  # state and output dtypes (cast_rtne covers both)
 
@@ -73,6 +73,7 @@ def _paged_ssm_update_kernel(
     TIE_HDIM: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
+    NATIVE: tl.constexpr,
 ):
     pid_m = tl.program_id(0)
     pid_b = tl.program_id(1).to(tl.int64)
@@ -140,7 +141,7 @@ def _paged_ssm_update_kernel(
         dA = tl.exp(A * dt[:, None])
         dB = B[None, :] * dt[:, None]
         state = state * dA + dB * x[:, None]
-    tl.store(pool_ptr + dst_addr, cast_rtne(state, pool_ptr.dtype.element_ty), mask=mask)
+    tl.store(pool_ptr + dst_addr, cast_rtne(state, pool_ptr.dtype.element_ty, NATIVE), mask=mask)
 
     out = tl.sum(state * C[None, :], axis=1)
     if HAS_D:
@@ -151,7 +152,7 @@ def _paged_ssm_update_kernel(
                     other=0.0).to(tl.float32)
         out *= z * tl.sigmoid(z)
     tl.store(out_ptr + pid_b * s_o_b + pid_h * s_o_h + offs_m * s_o_m,
-             cast_rtne(out, out_ptr.dtype.element_ty), mask=mask_m)
+             cast_rtne(out, out_ptr.dtype.element_ty, NATIVE), mask=mask_m)
 
 
 def _block_m(d_state: int) -> int:
@@ -265,6 +266,7 @@ def paged_selective_state_update(
         TIE_HDIM=_tied(p),
         BLOCK_M=block_m,
         BLOCK_N=triton.next_power_of_2(n),
+        NATIVE=NATIVE_CAST,
         num_warps=num_warps or _num_warps(n),
     )
     return out
