@@ -339,3 +339,30 @@ def test_vllm_cross_check():
     assert_close("output ref vs vLLM", out_ref, out_vllm, 2e-2, 2e-2)
     assert_close("state tri vs vLLM", gathered(world.pool, world.src),
                  cache[1:].reshape(batch, -1), 1e-4, 1e-4)
+
+
+def test_tile_overrides_give_the_same_result_and_are_checked():
+    """block_m / num_warps (tuning knobs) change the schedule, not the numbers."""
+    gen = torch.Generator().manual_seed(41)
+    world = Paged(4, torch.float32, 128, gen)
+    p = make_params(4, torch.float32, gen)
+    pool0 = world.pool.clone()
+    out_default = run_tri(world.pool, world.src, None, p)
+    state_default = world.pool.clone()
+    for block_m, num_warps in ((1, 1), (4, 2), (16, 4)):
+        pool = pool0.clone()
+        out = paged_selective_state_update(pool, world.src, None, p.x, p.dt, p.A, p.B, p.C,
+                                           p.D, p.z, p.dt_bias, dt_softplus=True,
+                                           block_m=block_m, num_warps=num_warps)
+        assert_close(f"output block_m={block_m}", out, out_default, 1e-6, 1e-6)
+        assert_close(f"state block_m={block_m}", pool, state_default, 1e-6, 1e-6)
+    for bad in (0, 3, -2):
+        with pytest.raises(ValueError, match=f"block_m must be a power of two >= 1, got {bad}"):
+            run_tri_tuned(world.pool, world.src, p, block_m=bad)
+        with pytest.raises(ValueError, match=f"num_warps must be a power of two >= 1, got {bad}"):
+            run_tri_tuned(world.pool, world.src, p, num_warps=bad)
+
+
+def run_tri_tuned(pool, src, p: SsmParams, **tuning):
+    return paged_selective_state_update(pool, src, None, p.x, p.dt, p.A, p.B, p.C, p.D, p.z,
+                                        p.dt_bias, dt_softplus=True, **tuning)
