@@ -61,9 +61,9 @@ def make_params(batch: int, act: torch.dtype, gen: torch.Generator) -> SsmParams
     return expand_params(x, dt, A, B, C, D, z, dt_bias, D_STATE)
 
 
-def run_tri(pool, src, dst, p: SsmParams, out=None):
+def run_tri(pool, src, dst, p: SsmParams, out=None, **tuning):
     return paged_selective_state_update(pool, src, dst, p.x, p.dt, p.A, p.B, p.C, p.D, p.z,
-                                        p.dt_bias, dt_softplus=True, out=out)
+                                        p.dt_bias, dt_softplus=True, out=out, **tuning)
 
 
 class Paged:
@@ -351,18 +351,12 @@ def test_tile_overrides_give_the_same_result_and_are_checked():
     state_default = world.pool.clone()
     for block_m, num_warps in ((1, 1), (4, 2), (16, 4)):
         pool = pool0.clone()
-        out = paged_selective_state_update(pool, world.src, None, p.x, p.dt, p.A, p.B, p.C,
-                                           p.D, p.z, p.dt_bias, dt_softplus=True,
-                                           block_m=block_m, num_warps=num_warps)
+        out = run_tri(pool, world.src, None, p, block_m=block_m, num_warps=num_warps)
         assert_close(f"output block_m={block_m}", out, out_default, 1e-6, 1e-6)
         assert_close(f"state block_m={block_m}", pool, state_default, 1e-6, 1e-6)
     for bad in (0, 3, -2):
         with pytest.raises(ValueError, match=f"block_m must be a power of two >= 1, got {bad}"):
-            run_tri_tuned(world.pool, world.src, p, block_m=bad)
+            run_tri(world.pool, world.src, None, p, block_m=bad)
         with pytest.raises(ValueError, match=f"num_warps must be a power of two >= 1, got {bad}"):
-            run_tri_tuned(world.pool, world.src, p, num_warps=bad)
+            run_tri(world.pool, world.src, None, p, num_warps=bad)
 
-
-def run_tri_tuned(pool, src, p: SsmParams, **tuning):
-    return paged_selective_state_update(pool, src, None, p.x, p.dt, p.A, p.B, p.C, p.D, p.z,
-                                        p.dt_bias, dt_softplus=True, **tuning)
