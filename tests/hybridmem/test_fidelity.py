@@ -126,8 +126,10 @@ def test_cli_plot_and_help(tmp_path, capsys):
     assert "90% paired-t" in helptext and "%%" not in helptext
 
 
-def test_cpu_metric_is_a_choice(tmp_path):
+def test_cpu_metric_is_a_choice(tmp_path, capsys):
     on, off = runs(tmp_path, [100.0, 100.0, 100.0], [100.0, 100.0, 100.0],
                    throughput_cpu_tok_s=50.0)
-    r = fidelity(on, off, metric="throughput_cpu_tok_s")
-    assert r.metric == "throughput_cpu_tok_s" and r.interval.mean == 0.0
+    code = main(["fidelity", "--on", *map(str, on), "--off", *map(str, off),
+                 "--metric", "throughput_cpu_tok_s", "--json"])
+    d = json.loads(capsys.readouterr().out)
+    assert code == 0 and d["metric"] == "throughput_cpu_tok_s" and d["mean_log_points"] == 0.0
