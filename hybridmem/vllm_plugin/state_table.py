@@ -1,0 +1,99 @@
+"""The seam between the organization-backed scheduler side and the worker side (issue 11).
+
+The scheduler side (``org_manager``: a vLLM KV-cache manager that drives an organization) decides
+where every recurrent checkpoint lives; the worker side (``org_state``: wrappers around vLLM's
+Mamba forward and state copies) reads and writes recurrent state at those addresses. Both run in
+the same engine-core process (vLLM's uni-process executor: in-process ``LLMEngine`` and the
+``vllm serve`` engine core alike), and each scheduler step is fully planned before the worker
+executes it (async scheduling is off in organization mode), so one process-wide
+:class:`StateTable` is the channel.
+
+Block ids. vLLM's block id 0 is its null block; organization page ``p`` is block id ``p + 1``.
+For the Mamba KV-cache group the manager hands each request a *positional* block table in vLLM's
+``mamba_cache_mode='align'`` convention::
+
+    position i of the Mamba-group table  = the checkpoint holding the state after (i+1) x grid tokens
+    block id at position i               = that checkpoint's home id + 1   (0 = not held)
+
+    S0/S1/S2: home id = member page 0 (a shared-pool page id)
+    D0:       home id = attention-pool size + composite id (block ids of both pools never collide)
+
+The worker resolves a block id to the checkpoint's full :class:`StateAddress` through
+:meth:`StateTable.resolve`. An address stays valid while the checkpoint is referenced; the
+manager removes it (``drop``) before the storage can be reused.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+NO_ADDRESS_LINE = -1  # the conv-slot sentinel (App. A.3): never decoded, never aliased to page 0
+
+
+class StateLayout(NamedTuple):
+    """How one checkpoint is laid out in an organization's recurrent storage (per layer)."""
+
+    org: str  # "S0" | "S1" | "S2" | "D0"
+    conv: str  # "inside" (S0, D0) | "page" (S1) | "slot" (S2)
+    num_pages: int  # recurrent-capable pages (S0-S2: the shared pool; D0: composites)
+    page_bytes: int  # S0: max(r, P); S1/S2: P = grid x a; D0: the composite r
+    members: int  # SSM member pages per checkpoint (S0/D0: 1)
+    slot_bytes: int  # S2 conv slot (power of two >= c); else 0
+    slots_per_slab: int  # S2: page_bytes // slot_bytes; else 0
+    grid_tokens: int  # tokens between checkpoints (the Mamba group's block size)
+
+
+class StateAddress(NamedTuple):
+    """Where one checkpoint's state lives.
+
+    ``members``: page ids holding the SSM state in order (member j holds bytes
+    ``[j P, (j+1) P)`` of the flat state); S0/D0: the one page / composite.
+    ``conv``: S1 the conv page id; S2 the line id ``slots_per_slab * p + s``; S0/D0 equal to
+    ``members[0]`` (conv inside). :data:`NO_ADDRESS_LINE` means "no conv state" and must never be
+    decoded.
+    """
+
+    members: tuple[int, ...]
+    conv: int
+
+
+class StateTable:
+    """block id (home id + 1) -> :class:`StateAddress`, written by the scheduler side."""
+
+    def __init__(self, layout: StateLayout) -> None:
+        self.layout = layout
+        self._by_block: dict[int, StateAddress] = {}
+
+    def set(self, block_id: int, address: StateAddress) -> None:
+        if block_id <= 0:
+            raise ValueError(f"block id {block_id} is vLLM's null block or negative")
+        if len(address.members) != self.layout.members:
+            raise ValueError(f"{self.layout.org}: address has {len(address.members)} members, "
+                             f"the layout {self.layout.members}")
+        self._by_block[block_id] = address
+
+    def drop(self, block_id: int) -> None:
+        self._by_block.pop(block_id, None)
+
+    def resolve(self, block_id: int) -> StateAddress:
+        try:
+            return self._by_block[block_id]
+        except KeyError:
+            raise AssertionError(f"block id {block_id} has no recurrent address; this indicates "
+                                 "the manager handed out a block it did not register") from None
+
+    def __len__(self) -> int:
+        return len(self._by_block)
+
+
+_ACTIVE: StateTable | None = None
+
+
+def activate(table: StateTable | None) -> None:
+    """Make ``table`` the process's table (None: organization mode off)."""
+    global _ACTIVE
+    _ACTIVE = table
+
+
+def active() -> StateTable | None:
+    return _ACTIVE
