@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from hybridmem.engines.tiny_model import DEFAULT_DIR
 from hybridmem.errors import HybridMemError
 
 HELP = "build the embedded tiny Falcon-H1 model (deterministic for a seed)"
@@ -18,8 +19,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         description="Build the tiny Falcon-H1 (hidden 128, 2 layers, 8 Mamba "
                         "heads of 16, d_state 16, 512-word vocabulary) with seeded random "
                         "weights. An existing build of the same seed is reused.")
-    b.add_argument("--out", type=Path, default=Path("data/models/tiny-falcon-h1"), metavar="DIR",
-                   help="model directory (default: data/models/tiny-falcon-h1)")
+    b.add_argument("--out", type=Path, default=DEFAULT_DIR, metavar="DIR",
+                   help=f"model directory (default: {DEFAULT_DIR})")
     b.add_argument("--seed", type=int, default=0, metavar="S", help="weight seed (default 0)")
     b.add_argument("--force", action="store_true", help="rebuild even if a matching build exists")
     b.set_defaults(func=run)
