@@ -6,7 +6,7 @@ that on a shared-prefix workload (:func:`hybridmem.workload.make_workload`, scal
 limit the run driver uses), with transformers as the engine::
 
     prompt     |<---------- shared prefix ---------->|<--- own tail --->|
-    grid       0      g      2g  ...     b                               (b = g floor(min(P, L-1)/g))
+    grid       0      g      2g  ...     b          b = g floor(min(P, L - 1) / g), P shared
     reference  greedy over the whole prompt, no split
     true       prefix [0, b) -> cache; continue [b, L) + T decode steps from that cache
     zero       the same, with every layer's SSM and conv state zeroed at b (attention KV kept)
@@ -61,7 +61,8 @@ class SensitivityReport:
     @property
     def accepted(self) -> bool:
         """The control never changes and the zeroed state changes a strict majority."""
-        return self.measured > 0 and self.control_changed == 0 and 2 * self.zero_changed > self.measured
+        return (self.measured > 0 and self.control_changed == 0
+                and 2 * self.zero_changed > self.measured)
 
     def as_dict(self) -> dict[str, Any]:
         return {"model": self.model, "grid_tokens": self.grid_tokens, "new_tokens": self.new_tokens,
@@ -75,8 +76,8 @@ def _zeroed(cache: Any) -> Any:
     out = copy.deepcopy(cache)
     touched = 0
     for layer in out.layers:
-        for states in (getattr(layer, "conv_states", None), getattr(layer, "recurrent_states", None)):
-            for tensor in (states or {}).values():
+        for name in ("conv_states", "recurrent_states"):
+            for tensor in (getattr(layer, name, None) or {}).values():
                 if tensor is not None:
                     tensor.zero_()
                     touched += 1
@@ -108,16 +109,14 @@ def measure_sensitivity(model_dir: Path | str, requests: int = 20, seed: int = 0
     import torch
     from transformers import AutoModelForCausalLM
 
-    from hybridmem.engines.vllm_run import vocab_size
-
     for name, value, lo in (("requests", requests, 1), ("new_tokens", new_tokens, 1),
                             ("grid_tokens", grid_tokens, 1), ("model_limit", model_limit, 64)):
         if value < lo:
             raise ValueError(f"{name} must be >= {lo}, got {value}")
     model_dir = Path(model_dir)
-    workload = make_workload(WorkloadSpec(vocab_size=vocab_size(model_dir), num_requests=requests,
-                                          share=share, seed=seed, model_limit=model_limit))
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
+    workload = make_workload(WorkloadSpec(vocab_size=model.config.vocab_size, num_requests=requests,
+                                          share=share, seed=seed, model_limit=model_limit))
     rows = []
     skipped = 0
     with torch.no_grad():

@@ -43,8 +43,8 @@ list). ``hybridmem.json`` beside ``config.json`` records the build version and t
 from __future__ import annotations
 
 import hashlib
-import math
 import json
+import math
 import shutil
 import tempfile
 from pathlib import Path
