@@ -6,33 +6,36 @@ holds an attention block and a Mamba2 mixer side by side (vLLM builds one attent
 and one Mamba group), at toy sizes whose per-layer byte ratios mirror Falcon-H1-7B's on a 64-token
 organization grid (``TINY_GRID_TOKENS``; Falcon-H1-7B uses 512):
 
-==================  ========  =====================================  ==================
-quantity            tiny      formula                                Falcon-H1-7B (512)
-==================  ========  =====================================  ==================
-hidden / layers     128 / 2   each layer: attention + Mamba2          3072 / 44
-attention           4 heads   2 KV heads x head_dim 32, float32       2 x 128, bf16
-a  (B/token/layer)  512       2 x 2 x 32 x 4                          1,024
-page P              32 KiB    64 tokens x a                           512 KiB
-Mamba               20 x 16   heads x head dim (d_ssm 320)            24 x 128
-d_state, groups     64, 1     d_conv 4, conv_dim 320 + 2 x 64 = 448   256, 1
-s  SSM state        81,920    320 x 64 x 4 B = 2.5 P -> 3 members     1,572,864 = 3 P
-c  conv state       5,376     3 x 448 x 4 B -> 8-KiB slot, 4 / slab   21,504 -> 16 / slab
-D0 u / interval     176 / 256 16 ceil(r / 16a); 16 attention units    1,568 / 1,792
-vocabulary          512       word-level: 4 specials + 508 words      65,536
+==================  =========  =====================================  ==================
+quantity            tiny       formula                                Falcon-H1-7B (512)
+==================  =========  =====================================  ==================
+hidden / layers     128 / 2    each layer: attention + Mamba2         3072 / 44
+attention           4 heads    2 KV heads x head_dim 32, float32      2 x 128, bf16
+a  (B/token/layer)  512        2 x 2 x 32 x 4                         1,024
+page P              32 KiB     64 tokens x a                          512 KiB
+Mamba               20 x 16    heads x head dim (d_ssm 320)           24 x 128
+d_state, groups     64, 1      d_conv 4, conv_dim 320 + 2 x 64 = 448  256, 1
+s  SSM state        81,920     320 x 64 x 4 B = 2.5 P -> 3 members    1,572,864 = 3 P
+c  conv state       5,376      3 x 448 x 4 B -> 8-KiB slot, 4 / slab  21,504 -> 16 / slab
+D0 u / interval     176 / 256  16 ceil(r / 16a); 16 attention units   1,568 / 1,792
+vocabulary          512        word-level: 4 specials + 508 words
 context             2048
-==================  ========  =====================================  ==================
+==================  =========  =====================================  ==================
 
-Why the weights are shaped (``_shape_weights``). With transformers' default initialisation
-(every matrix N(0, 0.02)) the Mamba branch's output has norm ~1e-3 beside attention's ~0.1 and
-its state decays within a few tokens, so replacing a request's checkpoint by zeros changes no greedy token
-and every equality test of state handling passes vacuously. The builder therefore overwrites,
-from the same seed: in_proj rows of z, x, B, C with N(0, 1/hidden) (unit-scale projections) and
-the dt rows with N(0, 0.01/hidden) so dt is mostly its bias; dt_bias so that softplus gives
-dt log-spaced in [0.01, 0.1] over the heads; A = -exp(A_log) log-spaced in [1e-3, 0.1]
-(memory of 1/(dt |A|) = 100 .. 100,000 tokens); D = 0 (no skip path around the state); conv taps
-N(0, 0.09) plus 1 on the newest tap; out_proj N(0, 0.09/d_ssm); attention q/k/v N(0, 1/hidden)
-and o_proj N(0, 1/hidden); lm_head N(0, 1/hidden) (logits of unit spread). Every multiplier of
-the config stays 1.0, so vLLM and transformers read the same numbers from the weights alone.
+vLLM 0.32 on CPU pads its Mamba page to the attention page in 128-token steps: its own blocks for
+this model are 256 tokens (the organizations use the 64-token grid).
+
+Why the weights are shaped (``_shape_weights``). With transformers' default initialisation (every
+matrix N(0, 0.02)) the Mamba branch's output has norm ~1e-3 beside attention's ~0.1 and its state
+decays within a few tokens, so replacing a request's checkpoint by zeros changes no greedy token
+and every equality test of state handling passes vacuously. The builder therefore overwrites, from
+the same seed: in_proj rows of z, x, B, C with N(0, 1/hidden) (unit-scale projections) and the dt
+rows with N(0, 0.01/hidden) so dt is mostly its bias; dt_bias so that softplus gives dt log-spaced
+in [0.01, 0.1] over the heads; A = -exp(A_log) log-spaced in [1e-3, 0.1] (memory of 1/(dt |A|) =
+100 .. 100,000 tokens); D = 0 (no skip path around the state); conv taps N(0, 0.09) plus 1 on the
+newest tap; out_proj N(0, 0.09/d_ssm); attention q/k/v N(0, 1/hidden) and o_proj N(0, 1/hidden);
+lm_head N(0, 1/hidden) (logits of unit spread); the MLP keeps the default. Every multiplier of the
+config stays 1.0, so vLLM and transformers read the same numbers from the weights alone.
 ``hybridmem model sensitivity`` measures the effect (README, "Embedded tiny model").
 
 ``build_tiny_model(out, seed)`` is deterministic: the same seed gives the same bytes in every file
