@@ -21,6 +21,7 @@ no checkpoint and are skipped (counted).
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -104,7 +105,8 @@ def _greedy(model: Any, ids: list[int], cache: Any, n: int) -> tuple[list[int], 
 
 def measure_sensitivity(model_dir: Path | str, requests: int = 20, seed: int = 0,
                         share: float = 0.5, new_tokens: int = 32, grid_tokens: int = 64,
-                        model_limit: int = 1024, progress: Any = None) -> SensitivityReport:
+                        model_limit: int = 1024, progress: Callable[[int, int], None] | None = None
+                        ) -> SensitivityReport:
     """Run the three arms of the module docstring on ``requests`` workload requests."""
     import torch
     from transformers import AutoModelForCausalLM
@@ -123,6 +125,8 @@ def measure_sensitivity(model_dir: Path | str, requests: int = 20, seed: int = 0
         for i, req in enumerate(workload.requests):
             prompt = list(req.prompt_token_ids)
             b = grid_tokens * (min(req.shared_prefix_tokens, len(prompt) - 1) // grid_tokens)
+            if progress is not None:
+                progress(i + 1, requests)
             if b == 0:
                 skipped += 1
                 continue
@@ -134,6 +138,4 @@ def measure_sensitivity(model_dir: Path | str, requests: int = 20, seed: int = 0
                        None)
             rows.append(RequestSensitivity(req.request_id, len(prompt), b, true == reference,
                                            div, margin))
-            if progress is not None:
-                progress(i + 1, requests)
     return SensitivityReport(str(model_dir), grid_tokens, new_tokens, skipped, tuple(rows))
