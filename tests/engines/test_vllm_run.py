@@ -35,13 +35,17 @@ def _run(cfg: Any) -> dict[str, Any]:
     return {"summary": result.summary, "results": table, "manifest": manifest}
 
 
+# vLLM's block for the tiny model: its 87,296-B Mamba page padded to the attention page, rounded to
+# 128-token kernel blocks -> 256 tokens x 512 B (hybridmem/engines/README.md, "Embedded tiny model")
+VLLM_BLOCK = 256
+
 @pytest.fixture(scope="module")
 def runs(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     from hybridmem.engines.vllm_run import RunConfig
 
     root = tmp_path_factory.mktemp("runs")
     base = RunConfig(model=str(tiny_model), requests=12, rate=6.0, share=1.0, seed=3,
-                     max_model_len=512, out=root / "x")
+                     max_model_len=1024, out=root / "x")  # prompts long enough for 256-token hits
     return {
         "traced": _run(replace(base, out=root / "traced", trace_dir=root / "traced" / "trace")),
         "untraced": _run(replace(base, out=root / "untraced")),
@@ -63,8 +67,8 @@ def test_traced_run_completes_with_an_accepted_trace(runs: dict[str, Any]) -> No
     assert s["trace_verdict"]["accepted"], s["trace_verdict"]
     meta, events = _events(runs["traced"])
     assert events[-1]["kind"] == K.END
-    assert (meta["organization"], meta["attention_grid_tokens"]) == ("vllm", 128)
-    assert (meta["recurrent_grid_tokens"], meta["seed"]) == (128, 3)
+    assert (meta["organization"], meta["attention_grid_tokens"]) == ("vllm", VLLM_BLOCK)
+    assert (meta["recurrent_grid_tokens"], meta["seed"]) == (VLLM_BLOCK, 3)
     for key in ("seed", "trace", "throughput_tok_s", "throughput_ledger_tok_s", "ttft_p50",
                 "ttft_p99", "e2e_p50", "e2e_p99", "preemptions", "prefix_hit_tokens",
                 "requests", "completed", "trace_path", "trace_verdict"):
@@ -81,9 +85,9 @@ def test_trace_events_follow_each_request(runs: dict[str, Any]) -> None:
     entries = {e["request_id"]: e for e in events if e["kind"] == K.WAITING_ENTRY}
     assert set(entries) == set(prompts)
     for rid, e in entries.items():
-        # chain: one key per full 128-token block of the prompt, for both groups
+        # chain: one key per full vLLM block of the prompt, for both groups
         assert e["depth"] == len(prompts[rid])
-        assert len(e["chain"]) == len(prompts[rid]) // 128 == len(e["recurrent_chain"])
+        assert len(e["chain"]) == len(prompts[rid]) // VLLM_BLOCK == len(e["recurrent_chain"])
     finished = Counter(e["request_id"] for e in events if e["kind"] == K.FINISH)
     assert finished == Counter(list(prompts))
     kinds = {e["state_kind"] for e in events if e["kind"] == K.PUBLICATION}
@@ -96,7 +100,7 @@ def test_trace_events_follow_each_request(runs: dict[str, Any]) -> None:
     chains = {h for e in entries.values() for h in e["recurrent_chain"]}
     for e in events:
         if e["kind"] == K.PUBLICATION and e["state_kind"] == StateKind.RECURRENT:
-            assert e["hash"] in chains and e["depth"] % 128 == 0
+            assert e["hash"] in chains and e["depth"] % VLLM_BLOCK == 0
 
 
 def test_pressure_gives_preemption_resume_and_allocation_losses(runs: dict[str, Any]) -> None:
