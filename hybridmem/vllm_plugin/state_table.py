@@ -12,8 +12,8 @@ Block ids. vLLM's block id 0 is its null block; organization page ``p`` is block
 For the Mamba KV-cache group the manager hands each request a *positional* block table in vLLM's
 ``mamba_cache_mode='align'`` convention::
 
-    position i of the Mamba-group table  = the checkpoint holding the state after (i+1) x grid tokens
-    block id at position i               = that checkpoint's home id + 1   (0 = not held)
+    position i of the Mamba-group table = checkpoint with the state after (i+1) x grid tokens
+    block id at position i              = that checkpoint's home id + 1   (0 = not held)
 
     S0/S1/S2: home id = member page 0 (a shared-pool page id)
     D0:       home id = attention-pool size + composite id (block ids of both pools never collide)
