@@ -26,7 +26,8 @@ def parse(spec: str | None) -> frozenset[str]:
     names = frozenset(n.strip() for n in (spec or "").split(",") if n.strip())
     unknown = names - FAULTS
     if unknown:
-        raise ValueError(f"unknown fault {sorted(unknown)[0]!r}; known: {', '.join(sorted(FAULTS))}")
+        known = ", ".join(sorted(FAULTS))
+        raise ValueError(f"unknown fault {sorted(unknown)[0]!r}; known: {known}")
     return names
 
 
