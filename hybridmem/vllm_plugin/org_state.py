@@ -44,6 +44,7 @@ from typing import Any, NamedTuple
 import torch
 
 from hybridmem.vllm_plugin import faults, state_table
+from hybridmem.vllm_plugin.org_geometry import PAGES_ATTR
 from hybridmem.vllm_plugin.org_storage import LayerStore, StateSizes, Tables
 from hybridmem.vllm_plugin.state_table import StateTable
 
@@ -51,7 +52,6 @@ POISON_ENV = "HYBRIDMEM_POISON_VLLM_STATE"
 ARENA_ENV = "HYBRIDMEM_ORG_ARENA"  # "auto" (default) | "private" | "shared"
 ARENA_MODES = ("auto", "private", "shared")
 _MARK = "_hybridmem_org_state"
-PAGES_ATTR = "_hybridmem_pages"  # raw [num_blocks, page_bytes] view, set by org_geometry
 
 _settings = {"poison": False, "arena": "auto"}
 
@@ -74,7 +74,8 @@ def state_sizes(layer: Any) -> StateSizes:
     if len(shapes) != 2:
         raise NotImplementedError(f"{layer.prefix}: {len(shapes)} Mamba states; organization "
                                   "mode handles (conv, ssm) only")
-    conv, ssm = (prod(s) * torch.empty((), dtype=d).element_size() for s, d in zip(shapes, dtypes))
+    conv, ssm = (prod(s) * torch.empty((), dtype=d).element_size()
+                 for s, d in zip(shapes, dtypes, strict=True))
     return StateSizes(ssm_bytes=ssm, conv_bytes=conv)
 
 
@@ -192,7 +193,7 @@ def _wrap_forward(original: Any) -> Any:
     @functools.wraps(original)
     def conv_ssm_forward(self: Any, projected_states: torch.Tensor, output: torch.Tensor) -> Any:
         table = state_table.active()
-        if table is None and not _settings["poison"]:
+        if table is None and not _settings["poison"] and not hasattr(self, PAGES_ATTR):
             return original(self, projected_states, output)
         found = _metadata(self)
         if found is None:  # profile run
@@ -201,6 +202,9 @@ def _wrap_forward(original: Any) -> Any:
         if _settings["poison"]:
             _poison_rows(self, md)
         if table is None:
+            if hasattr(self, PAGES_ATTR):
+                raise RuntimeError(f"{self.prefix}: the organization grid is active but no "
+                                   "StateTable is: the Mamba state has no home")
             return original(self, projected_states, output)
         store = store_for(self, table)
         plan = _plan(md, table, store)

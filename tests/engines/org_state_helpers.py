@@ -34,14 +34,17 @@ def member_page_bytes(sizes: StateSizes) -> int:
     return fallback
 
 
-def synthetic_table(org: str, sizes: StateSizes, num_blocks: int, grid: int) -> StateTable:
+def synthetic_table(org: str, sizes: StateSizes, num_blocks: int, grid: int,
+                    page_bytes: int | None = None, own_page: bool = False) -> StateTable:
+    """``own_page`` (S0): block b's checkpoint on page b - 1, the bytes vLLM gave block b, so
+    the arena can be vLLM's own buffer (``page_bytes`` = its page)."""
     n = num_blocks
     s, c = sizes
     if org in ("S0", "D0"):
-        page = 64 * ceil_div(s + c, 64)
+        page = page_bytes or 64 * ceil_div(s + c, 64)
         table = StateTable(StateLayout(org, "inside", n, page, 1, 0, 0, grid))
         for b in range(1, n + 1):
-            p = n - b
+            p = b - 1 if own_page else n - b
             table.set(b, StateAddress((p,), p))
         return table
     page = member_page_bytes(sizes)

@@ -105,7 +105,7 @@ def test_org_addresses_keep_greedy_tokens_under_poison(llm: Any, reference: list
 def test_poison_without_org_mode_changes_tokens(llm: Any, reference: list[list[int]]) -> None:
     """Negative control: the poison does reach what vLLM reads when the wrapper is off."""
     tokens, _ = _serve(llm, None, poison=True)
-    changed = sum(a != b for a, b in zip(tokens, reference))
+    changed = sum(a != b for a, b in zip(tokens, reference, strict=True))
     assert changed >= 3, f"poison changed only {changed} of {len(tokens)} requests"
 
 
@@ -114,7 +114,7 @@ def test_swap_members_fault_changes_tokens(llm: Any, reference: list[list[int]],
     monkeypatch.setenv("HYBRIDMEM_FAULT", "swap-members")
     table = synthetic_table("S2", _sizes(llm), _num_blocks(llm), grid=_block(llm))
     tokens, _ = _serve(llm, table)
-    changed = sum(a != b for a, b in zip(tokens, reference))
+    changed = sum(a != b for a, b in zip(tokens, reference, strict=True))
     assert changed >= 1, "swap-members changed no request"
 
 
@@ -132,16 +132,17 @@ def test_corrupted_member_page_changes_tokens(llm: Any, reference: list[list[int
     state_table.activate(table)
     try:
         out = llm.generate([{"prompt_token_ids": p} for p in wave1], params, use_tqdm=False)
-        for layer in mamba_layers(llm):
-            store = layer._hybridmem_store[1]
-            for b in range(1, _num_blocks(llm) + 1):
-                if store.pages[table.resolve(b).members[1]].any():
-                    store.pages[table.resolve(b).members[1]] = torch.full_like(
-                        store.pages[0], 0x3F)  # float32 0x3F3F3F3F = 0.75
+        with torch.inference_mode():  # the arena was made inside vLLM's inference mode
+            for layer in mamba_layers(llm):
+                store = layer._hybridmem_store[1]
+                for b in range(1, _num_blocks(llm) + 1):
+                    page = store.pages[table.resolve(b).members[1]]
+                    if page.any():
+                        page.fill_(0x3F)  # float32 0x3F3F3F3F = 0.75
         out += llm.generate([{"prompt_token_ids": p} for p in wave2], params, use_tqdm=False)
     finally:
         state_table.activate(None)
     tokens = [list(o.outputs[0].token_ids) for o in out]
     assert tokens[0] == reference[0]
-    changed = sum(a != b for a, b in zip(tokens[1:], reference[1:]))
+    changed = sum(a != b for a, b in zip(tokens[1:], reference[1:], strict=True))
     assert changed >= 1, "a corrupted member page changed no request of wave 2"
