@@ -10,7 +10,8 @@ vLLM must accept a page smaller than the state::
 
     block_size = mamba_block_size = G           (attention blocks and checkpoint boundaries)
     page       = G x a  for both groups         (a = attention bytes per token, per layer)
-    Mamba spec = placeholder shapes (1,) per state, padded to the page: the uniform-page check
+    Mamba spec = placeholder shapes (1,) per state, padded to the page, and no in-forward prefill
+                 checkpoints (chunks end at every boundary instead): the uniform-page check
                  passes and vLLM's own Mamba "rows" are a dummy of 1 element per block; the real
                  state lives in org_state's LayerStore (the layer's raw pages are kept as
                  ``layer._hybridmem_pages`` [num_blocks, G x a] for the shared arena)
@@ -120,7 +121,10 @@ def _wrap_spec(original: Any) -> Any:
         spec = original(self, vllm_config)
         if active_grid() is None or not isinstance(spec, MambaSpec):
             return spec
-        return replace(spec, shapes=tuple((1,) for _ in spec.shapes))
+        # No in-forward boundary checkpoints either (they index vLLM's rows by block id): the
+        # scheduler then ends a prefill chunk at every boundary (as cpu_fix does on CPU).
+        return replace(spec, shapes=tuple((1,) for _ in spec.shapes),
+                       num_prefill_checkpoint_blocks=0, prefill_checkpoint_alignment=None)
 
     setattr(get_kv_cache_spec, _MARK, True)
     return get_kv_cache_spec

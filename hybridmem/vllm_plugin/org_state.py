@@ -138,6 +138,9 @@ def _plan(md: Any, table: StateTable, store: LayerStore) -> _Plan:
     if _last and _last[0].md is md and _last[0].table is table:
         return _last[0]
     ip, idd = md.state_indices_tensor_p, md.state_indices_tensor_d
+    if getattr(md, "checkpoint_meta", None) is not None:
+        raise NotImplementedError("in-forward prefill checkpoints write vLLM block ids directly; "
+                                  "organization mode needs num_prefill_checkpoint_blocks=0")
     if idd is not None and idd.dim() == 2 and idd.shape[1] != 1:
         raise NotImplementedError(f"{idd.shape[1]} state indices per decode row (speculative "
                                   "decoding) are not supported in organization mode")
@@ -182,10 +185,10 @@ def _poison_rows(layer: Any, md: Any) -> None:
            if t is not None]
     if not ids:
         return
-    live = torch.cat(ids)
-    live = live[live > 0].to(torch.int64)
+    live = torch.cat(ids).to(torch.int64)
     for state in layer.kv_cache:
-        state[live.to(state.device)] = float("nan")
+        rows = live[(live > 0) & (live < state.shape[0])]  # D0 ids lie past vLLM's blocks
+        state[rows.to(state.device)] = float("nan")
 
 
 # -- the wrappers ------------------------------------------------------------------------------

@@ -15,7 +15,11 @@ from typing import Any
 
 import pytest
 
-from tests.engines.org_state_helpers import mamba_layers, synthetic_table
+from tests.engines.org_state_helpers import (
+    mamba_layers,
+    require_state_sensitive_model,
+    synthetic_table,
+)
 
 pytestmark = pytest.mark.vllm
 
@@ -111,6 +115,7 @@ def test_poison_without_org_mode_changes_tokens(llm: Any, reference: list[list[i
 
 def test_swap_members_fault_changes_tokens(llm: Any, reference: list[list[int]],
                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    require_state_sensitive_model()
     monkeypatch.setenv("HYBRIDMEM_FAULT", "swap-members")
     table = synthetic_table("S2", _sizes(llm), _num_blocks(llm), grid=_block(llm))
     tokens, _ = _serve(llm, table)
@@ -120,6 +125,7 @@ def test_swap_members_fault_changes_tokens(llm: Any, reference: list[list[int]],
 
 def test_corrupted_member_page_changes_tokens(llm: Any, reference: list[list[int]]) -> None:
     """Corrupt member 1 of the shared prefix's last checkpoint after wave 1: wave 2 adopts it."""
+    require_state_sensitive_model()
     import torch
     from vllm import SamplingParams
 
