@@ -95,12 +95,31 @@ def reference(llm: Any) -> list[list[int]]:
     return tokens
 
 
+def _count_copies(monkeypatch: pytest.MonkeyPatch, skip: bool = False) -> list[int]:
+    """Count LayerStore.copy calls (align mode's boundary copies); ``skip``: do not copy."""
+    from hybridmem.vllm_plugin.org_storage import LayerStore
+
+    calls = [0]
+    original = LayerStore.copy
+
+    def copy(self: LayerStore, src: Any, dst: Any) -> None:
+        calls[0] += 1
+        if not skip:
+            original(self, src, dst)
+
+    monkeypatch.setattr(LayerStore, "copy", copy)
+    return calls
+
+
 @pytest.mark.parametrize("org", ["S0", "S1", "S2", "D0"])
 def test_org_addresses_keep_greedy_tokens_under_poison(llm: Any, reference: list[list[int]],
-                                                       org: str) -> None:
+                                                       org: str,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     table = synthetic_table(org, _sizes(llm), _num_blocks(llm), grid=_block(llm))
+    copies = _count_copies(monkeypatch)
     tokens, hits = _serve(llm, table, poison=True)
     assert hits >= 3 * _block(llm)
+    assert copies[0] >= 2 * len(mamba_layers(llm)), "align mode's boundary copy did not run"
     assert tokens == reference, f"{org}: tokens differ from the unwrapped run"
     store = mamba_layers(llm)[0]._hybridmem_store[1]
     assert store.layout.org == org and bool(store.pages.any()), "nothing was stored in the arena"
@@ -110,7 +129,22 @@ def test_poison_without_org_mode_changes_tokens(llm: Any, reference: list[list[i
     """Negative control: the poison does reach what vLLM reads when the wrapper is off."""
     tokens, _ = _serve(llm, None, poison=True)
     changed = sum(a != b for a, b in zip(tokens, reference, strict=True))
+    print(f"CONTROL: changed {changed} of {len(tokens)} requests")
     assert changed >= 3, f"poison changed only {changed} of {len(tokens)} requests"
+
+
+def test_skipping_the_boundary_copy_changes_tokens(llm: Any, reference: list[list[int]],
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Negative control for the copy wrapper: without the copy between org addresses a request
+    crossing a boundary (or adopting a prefix) starts from a stale or empty checkpoint."""
+    require_state_sensitive_model()
+    table = synthetic_table("S2", _sizes(llm), _num_blocks(llm), grid=_block(llm))
+    copies = _count_copies(monkeypatch, skip=True)
+    tokens, _ = _serve(llm, table)
+    assert copies[0] > 0
+    changed = sum(a != b for a, b in zip(tokens, reference, strict=True))
+    print(f"CONTROL: changed {changed} of {len(tokens)} requests")
+    assert changed >= 1, "skipping every boundary copy changed no request"
 
 
 def test_swap_members_fault_changes_tokens(llm: Any, reference: list[list[int]],
@@ -120,6 +154,7 @@ def test_swap_members_fault_changes_tokens(llm: Any, reference: list[list[int]],
     table = synthetic_table("S2", _sizes(llm), _num_blocks(llm), grid=_block(llm))
     tokens, _ = _serve(llm, table)
     changed = sum(a != b for a, b in zip(tokens, reference, strict=True))
+    print(f"CONTROL: changed {changed} of {len(tokens)} requests")
     assert changed >= 1, "swap-members changed no request"
 
 
@@ -151,4 +186,5 @@ def test_corrupted_member_page_changes_tokens(llm: Any, reference: list[list[int
     tokens = [list(o.outputs[0].token_ids) for o in out]
     assert tokens[0] == reference[0]
     changed = sum(a != b for a, b in zip(tokens[1:], reference[1:], strict=True))
+    print(f"CONTROL: changed {changed} of {len(tokens[1:])} requests")
     assert changed >= 1, "a corrupted member page changed no request of wave 2"

@@ -165,4 +165,5 @@ def test_grid_corrupted_checkpoint_changes_tokens(grid_llm: Any,
         state_table.activate(None)
     tokens = [list(o.outputs[0].token_ids) for o in out]
     changed = sum(a != b for a, b in zip(tokens[1:], reference[1:], strict=True))
+    print(f"CONTROL: changed {changed} of {len(tokens[1:])} requests")
     assert changed >= 1, "corrupted checkpoints changed no request of wave 2"
