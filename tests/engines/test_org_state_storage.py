@@ -184,3 +184,30 @@ def test_layouts_that_do_not_fit_are_refused_with_numbers() -> None:
     with pytest.raises(ValueError, match="must hold ssm"):
         check_layout(s0, StateSizes(s0.page_bytes, 8))
     assert word_bytes(12, 8, 64) == 4 and word_bytes(6, 8) == 2 and word_bytes(7, 64) == 1
+
+
+@pytest.mark.parametrize(("org", "members", "spp"), CASES,
+                         ids=[f"{o}-m{m}-spp{s}" for o, m, s in CASES])
+def test_cpu_page_copies_equal_the_kernel_reference(org: str, members: int, spp: int) -> None:
+    """org_storage's CPU copies against kernels/checkpoint_copy's reference, on every pool."""
+    from hybridmem.vllm_plugin.org_storage import gather_pages_cpu, scatter_pages_cpu
+    from kernels.checkpoint_copy.reference import gather_pages_ref, scatter_pages_ref
+
+    layout, sizes = _case(org, members, spp)
+    gen = torch.Generator().manual_seed(members * 100 + spp)
+    base = torch.randint(0, 256, (NUM_PAGES, layout.page_bytes), dtype=torch.uint8,
+                         generator=gen)
+    stores = [LayerStore(layout, sizes, pages=base.clone()) for _ in range(2)]
+    t = stores[0].tables(_addresses(layout, 2, random.Random(members + spp)))
+    s, c = sizes
+    for table, n, pools in ((t.members, s, [x.ssm_pool for x in stores]),
+                            (t.conv[:, None], c, [x.conv_pool for x in stores])):
+        rows = torch.randint(0, 256, (2, n), dtype=torch.uint8, generator=gen)
+        words = stores[0].words(rows)
+        scatter_pages_cpu(pools[0], table, words)
+        scatter_pages_ref(pools[1], table, words)
+        assert torch.equal(stores[0].pages, stores[1].pages)
+        got, want = torch.zeros_like(words), torch.zeros_like(words)
+        gather_pages_cpu(pools[0], table, got)
+        gather_pages_ref(pools[1], table, want)
+        assert torch.equal(got, want) and torch.equal(got, words)
