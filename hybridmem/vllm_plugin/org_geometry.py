@@ -2,7 +2,7 @@
 
 Stock vLLM sizes a hybrid's block so that one page holds a whole Mamba state
 (``Platform._align_hybrid_block_size``: block = align x ceil(mamba page / (align x a)), 1,568
-tokens for Falcon-H1-7B, 192 for the v2 tiny model) and pads the Mamba page up to the
+tokens for Falcon-H1-7B, 256 for the v2 tiny model on CPU) and pads the Mamba page up to the
 attention page (``MambaSpec.page_size_padded``); every KV-cache group must then share one page
 size (``kv_cache_utils`` uniform-page check). An organization stores a checkpoint over several
 pages of a finer grid G (S1/S2: ceil(s / P) member pages, P = G x a), so in organization mode
@@ -17,7 +17,8 @@ vLLM must accept a page smaller than the state::
                  ``layer._hybridmem_pages`` [num_blocks, G x a] for the shared arena)
 
     e.g. v2 tiny model, G = 64: a = 512 B, page 32 KiB; s = 80 KiB -> 3 member pages, the last
-    half full; stock vLLM would use 192-token blocks.
+    half full; stock vLLM picks 256-token blocks for it (vLLM logs "Setting attention block
+    size to 256 tokens").
 
 With the grid active a Mamba layer can only run with a StateTable active (org_state refuses
 otherwise): its real state has no home in vLLM's rows. Use :func:`serving_grid` to get the
