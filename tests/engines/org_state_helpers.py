@@ -36,8 +36,9 @@ def member_page_bytes(sizes: StateSizes) -> int:
 
 def synthetic_table(org: str, sizes: StateSizes, num_blocks: int, grid: int,
                     page_bytes: int | None = None, own_page: bool = False) -> StateTable:
-    """``own_page`` (S0): block b's checkpoint on page b - 1, the bytes vLLM gave block b, so
-    the arena can be vLLM's own buffer (``page_bytes`` = its page)."""
+    """``page_bytes``: the page P (default: S0/D0 the checkpoint rounded up to 64 B, S1/S2
+    :func:`member_page_bytes`). ``own_page`` (S0): block b's checkpoint on page b - 1, the bytes
+    vLLM gave block b, so the arena can be vLLM's own buffer (``page_bytes`` = its page)."""
     n = num_blocks
     s, c = sizes
     if org in ("S0", "D0"):
@@ -47,7 +48,7 @@ def synthetic_table(org: str, sizes: StateSizes, num_blocks: int, grid: int,
             p = b - 1 if own_page else n - b
             table.set(b, StateAddress((p,), p))
         return table
-    page = member_page_bytes(sizes)
+    page = page_bytes or member_page_bytes(sizes)
     m = ceil_div(s, page)
     slot = next_pow2(c)
     spp = page // slot
