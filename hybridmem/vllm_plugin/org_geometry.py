@@ -51,7 +51,9 @@ class GridOverride(NamedTuple):
 def serving_grid(grid_tokens: int) -> GridOverride:
     """Engine arguments and environment for grid ``grid_tokens`` (a multiple of 16, >= 16).
 
-    Needs ``enable_prefix_caching=True`` (vLLM's align mode, one checkpoint per block).
+    Needs ``enable_prefix_caching=True`` (vLLM's align mode, one checkpoint per block). The
+    attention backend must accept a G-token block (CPU attention: multiples of 32); the engine
+    start fails with that message otherwise.
     """
     if not isinstance(grid_tokens, int) or grid_tokens < 16 or grid_tokens % 16:
         raise ValueError(f"organization grid must be a multiple of 16 tokens >= 16, "

@@ -26,11 +26,12 @@ pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
 
 def _s0_grid(model: Path) -> int:
-    """Smallest multiple of 16 tokens whose page holds a float32-state checkpoint."""
+    """Smallest multiple of 32 tokens (CPU attention's block unit) whose page holds a
+    float32-state checkpoint: 32 for the v1 tiny model, 192 for v2."""
     from hybridmem.geometry import ceil_div, load_geometry
 
     geo = load_geometry(str(model), ssm_dtype="float32")  # the CPU platform keeps fp32 state
-    return 16 * ceil_div(geo.ssm_bytes + geo.conv_bytes, 16 * geo.attn_bytes_per_token)
+    return 32 * ceil_div(geo.ssm_bytes + geo.conv_bytes, 32 * geo.attn_bytes_per_token)
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +76,7 @@ def _serve(llm: Any, org: str, corrupt: set[int] | None = None) -> tuple[list[li
         table = synthetic_table(org, sizes, n, cache.block_size)
         org_state.set_arena_mode("private")
     params = SamplingParams(max_tokens=MAX_TOKENS, temperature=0.0, ignore_eos=True)
-    wave1, wave2 = workload(2 * cache.block_size)
+    wave1, wave2 = workload(cache.block_size)
     assert llm.reset_prefix_cache()
     state_table.activate(table)
     try:
