@@ -3,6 +3,9 @@
 vLLM calls :func:`register` once in every process it starts (engine core included). It
 
 * applies the CPU prefix-caching fix for Mamba2 hybrids (:mod:`.cpu_fix`);
+* installs the organization-mode wrappers: the grid (:mod:`.org_geometry`, active only with
+  ``HYBRIDMEM_ORG_GRID``) and state storage (:mod:`.org_state`, active only while a
+  :class:`~.state_table.StateTable` is activated or the poison check is on);
 * when ``HYBRIDMEM_TRACE`` names a trace path, installs the tracing hooks (:mod:`.tracing`).
   With the variable unset nothing is wrapped and the engine runs unmodified.
 
@@ -14,13 +17,15 @@ from __future__ import annotations
 
 import os
 
-from hybridmem.vllm_plugin import cpu_fix
+from hybridmem.vllm_plugin import cpu_fix, org_geometry, org_state
 
 TRACE_ENV = "HYBRIDMEM_TRACE"
 
 
 def register() -> None:
     cpu_fix.apply()
+    org_geometry.install()
+    org_state.install()
     if os.environ.get(TRACE_ENV):
         from hybridmem.vllm_plugin import tracing
 

@@ -1,0 +1,47 @@
+"""Settings of organization mode that need no engine: the grid override and the fault names."""
+
+from __future__ import annotations
+
+import pytest
+
+from hybridmem.vllm_plugin import faults, org_geometry
+
+
+def test_serving_grid_gives_engine_args_and_env() -> None:
+    grid = org_geometry.serving_grid(64)
+    assert grid.engine_kwargs == {"block_size": 64, "enable_prefix_caching": True}
+    assert grid.env == {org_geometry.GRID_ENV: "64"}
+
+
+@pytest.mark.parametrize("bad", [0, 8, 72, -64, 64.0, "64"])
+def test_serving_grid_refuses_bad_grids(bad: object) -> None:
+    with pytest.raises(ValueError, match="multiple of 16"):
+        org_geometry.serving_grid(bad)  # type: ignore[arg-type]
+
+
+def test_activate_grid_sets_and_clears_the_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(org_geometry.GRID_ENV, raising=False)
+    assert org_geometry.active_grid() is None
+    org_geometry.activate_grid(128)
+    assert org_geometry.active_grid() == 128
+    org_geometry.activate_grid(None)
+    assert org_geometry.active_grid() is None
+    monkeypatch.setenv(org_geometry.GRID_ENV, "100")
+    with pytest.raises(ValueError, match="HYBRIDMEM_ORG_GRID='100'"):
+        org_geometry.active_grid()
+
+
+def test_faults_from_env_and_activation(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(faults.FAULT_ENV, raising=False)
+    faults.activate(None)
+    assert not faults.is_active("swap-members")
+    monkeypatch.setenv(faults.FAULT_ENV, "swap-members, stale-checkpoint")
+    assert faults.active() == {"swap-members", "stale-checkpoint"}
+    monkeypatch.delenv(faults.FAULT_ENV)
+    faults.activate({"skip-invalidate"})
+    assert faults.is_active("skip-invalidate") and not faults.is_active("swap-members")
+    faults.activate(None)
+    with pytest.raises(ValueError, match="unknown fault 'swap'"):
+        faults.parse("swap")
+    with pytest.raises(ValueError, match="unknown fault"):
+        faults.is_active("nope")
