@@ -127,6 +127,7 @@ def run_check(cfg: CheckConfig) -> dict[str, Any]:
         eng.scheduler, "_hybridmem_tracer") else trace
     meta = {"model": str(model), "org": cfg.org, "dtype": cfg.dtype, "fault": cfg.fault,
             "seed": cfg.seed, "grid_tokens": eng.grid, "max_tokens": cfg.max_tokens,
+            "state_dtypes": eng.storage.dtypes(),
             "cases_file": None if cfg.cases_file is None else str(cfg.cases_file),
             "trace": str(written), "trace_verdict": verify_trace(written)}
     report = write_outputs(cfg.out, results, meta, timing)

@@ -278,6 +278,12 @@ class VllmRows:
     def __init__(self, model_runner: Any) -> None:
         self.layers = mamba_layers(model_runner)
 
+    def dtypes(self) -> dict[str, str]:
+        """The storage dtypes of the conv and SSM state (what bf16/fp32 runs really hold)."""
+        _, m = self.layers[0]
+        return {"conv": str(m.kv_cache[0].dtype).removeprefix("torch."),
+                "ssm": str(m.kv_cache[1].dtype).removeprefix("torch.")}
+
     def read(self, block_id: int) -> StateBytes:
         import torch
 
