@@ -113,6 +113,7 @@ def run_check(cfg: CheckConfig) -> dict[str, Any]:
             cases = file_cases
         for c in cases:
             check_case(c, eng.grid, vocab, MAX_MODEL_LEN)
+        state_dtypes = eng.storage.dtypes()  # the caches are released at shutdown
         say(f"engine ready in {eng.init_s:.1f} s; recurrent grid {eng.grid} tokens; "
             f"{len(cases)} cases")
         results, timing = run_cases(eng, cases, cfg.fault, show_progress=cfg.progress)
@@ -127,7 +128,7 @@ def run_check(cfg: CheckConfig) -> dict[str, Any]:
         eng.scheduler, "_hybridmem_tracer") else trace
     meta = {"model": str(model), "org": cfg.org, "dtype": cfg.dtype, "fault": cfg.fault,
             "seed": cfg.seed, "grid_tokens": eng.grid, "max_tokens": cfg.max_tokens,
-            "state_dtypes": eng.storage.dtypes(),
+            "state_dtypes": state_dtypes,
             "cases_file": None if cfg.cases_file is None else str(cfg.cases_file),
             "trace": str(written), "trace_verdict": verify_trace(written)}
     report = write_outputs(cfg.out, results, meta, timing)

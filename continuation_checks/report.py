@@ -77,11 +77,13 @@ def explain(results: list[CaseResult]) -> dict[str, list[str]]:
         sup.append(f"state corruption: {counts[Verdict.STATE_MISMATCH]} of {n} treated case(s) "
                    "continued from checkpoint bytes that differ from the state computed at b")
     elif n:
-        worst = max((d.scaled for r in treated for d in r.evidence.retained_state.values()
-                     if d is not None), default=0.0)
+        held = [d for r in treated for d in r.evidence.retained_state.values() if d is not None]
+        worst = max((d.scaled for d in held), default=0.0)
+        exact = sum(d.bitwise_equal for d in held)
         out.append(f"state corruption: in all {n} treated cases the adopted checkpoint is "
                    "bitwise the producer's state and within tolerance of the from-scratch state "
-                   f"at b (largest scaled difference {worst:.3g})")
+                   f"at b ({exact} of {len(held)} retained runs bitwise equal to it; largest "
+                   f"scaled difference {worst:.3g})")
     if counts[Verdict.IDENTICAL] == n and n:
         sup.append(f"exact continuation: all {n} treated cases give the recompute arm's tokens")
     div_batch = pairs("retained", "retained-alone") + pairs("split", "split-alone")
