@@ -224,6 +224,8 @@ def write_plot(results: list[CaseResult], path: Path) -> Path:
     if not any_div:
         ax1.text(0.5, 0.5, f"no token divergence in {len(results)} cases",
                  ha="center", va="center", transform=ax1.transAxes)
+        ax1.set_xlim(0, max((r.case.max_tokens for r in results), default=1))
+        ax1.set_ylim(0, 1)
     ax1.set_xlabel("first divergent output position (retained vs recompute)")
     ax1.set_ylabel("recompute's top-1 - top-2 logit margin there")
     ax1.legend(fontsize=7, loc="upper right")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 
 from hybridmem.errors import HybridMemError
@@ -44,6 +45,9 @@ def run(args: argparse.Namespace) -> int:
                       cases_file=args.cases_file, max_tokens=args.max_tokens,
                       progress=not args.quiet)
     cfg.check()
+    # vLLM's own handlers log to stdout; leave its records to Python's default (warnings on
+    # stderr) so stdout carries only this command's output (--json stays parseable)
+    os.environ.setdefault("VLLM_CONFIGURE_LOGGING", "0")
     try:
         import vllm  # noqa: F401
     except ImportError as exc:
