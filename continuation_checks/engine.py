@@ -46,7 +46,7 @@ class EngineConfig:
     seed: int = 0
     max_model_len: int = 1024
     max_num_seqs: int = 64
-    kv_cache_bytes: int = 256 << 20
+    kv_cache_bytes: int = 512 << 20  # room: a producer's checkpoint must survive to adoption
     trace_path: Path | None = None
 
 

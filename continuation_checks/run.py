@@ -2,11 +2,11 @@
 
 Salts separate the arms (a salt enters every block hash, so no arm can hit another's state)::
 
-    phase 1  producers  prompt[:b+1], 1 token, salts ret / ret2 / retA     (batched; watch b)
-             [fault: corrupt the published checkpoint of the affected cases in place]
-    phase 2  retained consumers (ret), recompute (rec), split (spl)         (batched)
-    phase 3  the same again: retained-repeat (ret2), recompute-repeat, split-repeat
-    phase 4  retained-alone consumers (retA) and split-alone (splA), one request at a time
+    1  producers (ret): prompt[:b+1], 1 token, batched; state read at b
+       [fault: corrupt the published checkpoint of every other case in place]
+    2  retained consumers (ret), then recompute (rec) and split (spl), batched
+    3  producers (ret2) [fault]; 4  retained-repeat, recompute-repeat, split-repeat, batched
+    5  producers (retA) [fault]; 6  retained-alone, then split-alone, one request at a time
 
 A consumer's ADOPTION depth (trace) must equal b; the bytes it continues from are read from the
 storage at admission. The split arm's own state at b is read right after the step that ends its
@@ -70,23 +70,20 @@ def run_cases(eng: ContinuationEngine, cases: list[Case], fault: str | None = No
     say = progress if show_progress else (lambda _m: None)
     t0 = time.perf_counter()
     producers: dict[tuple[int, str], Submitted] = {}
-    for c in cases:
-        for run in RETAINED_RUNS:
-            producers[(c.case, run)] = eng.submit(
-                f"{tag}/{c.case}/{run}/producer", list(c.prompt[: c.boundary + 1]), 1,
-                _salt(tag, run, c), watch=c.boundary)
-    eng.run(list(producers.values()))
-    say(f"phase 1: {len(producers)} producers in {time.perf_counter() - t0:.1f} s")
-    faulted: set[int] = set()
-    if fault == "corrupt-checkpoint":
-        for c in cases[::2]:  # every other case: the rest must stay clean
-            for run in RETAINED_RUNS:
-                block = producers[(c.case, run)].state_block
-                if block is not None:
-                    eng.storage.corrupt(block)
-            faulted.add(c.case)
-
     runs: dict[tuple[int, str], Submitted] = {}
+    faulted = {c.case for c in cases[::2]} if fault is not None else set()
+
+    def produce(run: str) -> None:
+        """Producers of one retained run, batched; then the fault, if any, on their output."""
+        t = time.perf_counter()
+        subs = [eng.submit(f"{tag}/{c.case}/{run}/producer", list(c.prompt[: c.boundary + 1]),
+                           1, _salt(tag, run, c), watch=c.boundary) for c in cases]
+        eng.run(subs)
+        for c, sub in zip(cases, subs, strict=True):
+            producers[(c.case, run)] = sub
+            if c.case in faulted and sub.state_block is not None:
+                eng.storage.corrupt(sub.state_block)  # every other case: the rest stay clean
+        say(f"{run} producers: {len(subs)} in {time.perf_counter() - t:.1f} s")
 
     def submit(c: Case, run: str) -> Submitted:
         key = f"{tag}/{c.case}/{run}"
@@ -101,17 +98,26 @@ def run_cases(eng: ContinuationEngine, cases: list[Case], fault: str | None = No
         runs[(c.case, run)] = sub
         return sub
 
-    for phase, names in ((2, ("retained", "recompute", "split")),
-                         (3, ("retained-repeat", "recompute-repeat", "split-repeat"))):
+    # Each retained run's producers run right before its consumers, and the consumers are queued
+    # before the references of their phase (admission is first come, first served): between a
+    # publication and its adoption only consumers allocate, and the producers' blocks are the
+    # most recently freed, so the block pool evicts them last.
+    for retained, refs in (("retained", ("recompute", "split")),
+                           ("retained-repeat", ("recompute-repeat", "split-repeat"))):
+        produce(retained)
         t = time.perf_counter()
-        eng.run([submit(c, r) for c in cases for r in names])
-        say(f"phase {phase}: {len(cases) * len(names)} requests in "
+        subs = [submit(c, retained) for c in cases]
+        subs += [submit(c, r) for c in cases for r in refs]
+        eng.run(subs)
+        say(f"{retained}, {', '.join(refs)}: {len(subs)} requests batched in "
             f"{time.perf_counter() - t:.1f} s")
+    produce("retained-alone")
     t = time.perf_counter()
-    for c in cases:
-        for run in ("retained-alone", "split-alone"):
+    for run in ("retained-alone", "split-alone"):
+        for c in cases:
             eng.run([submit(c, run)])
-    say(f"phase 4: {2 * len(cases)} requests alone in {time.perf_counter() - t:.1f} s")
+    say(f"retained-alone, split-alone: {2 * len(cases)} requests one at a time in "
+        f"{time.perf_counter() - t:.1f} s")
 
     results = [_result(c, runs, producers, c.case in faulted, eng.cfg.dtype) for c in cases]
     timing = {"cases": len(cases), "engine_init_s": eng.init_s,
