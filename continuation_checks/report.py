@@ -217,7 +217,7 @@ def write_plot(results: list[CaseResult], path: Path) -> Path:
         n = sum(r.decision.verdict.value == v for r in results)
         if pts:
             any_div = True
-            ax1.scatter([p[0] for p in pts], [p[1] for p in pts], c=colors[v], s=18,
+            ax1.scatter([p[0] for p in pts], [p[1] for p in pts], c=colors[v], s=18, alpha=0.6,
                         label=f"{v} ({n} cases)")
         elif n:
             ax1.scatter([], [], c=colors[v], label=f"{v} ({n} cases, no divergence)")
@@ -228,7 +228,7 @@ def write_plot(results: list[CaseResult], path: Path) -> Path:
         ax1.set_ylim(0, 1)
     ax1.set_xlabel("first divergent output position (retained vs recompute)")
     ax1.set_ylabel("recompute's top-1 - top-2 logit margin there")
-    ax1.legend(fontsize=7, loc="upper right")
+    ax1.legend(fontsize=7, loc="best", framealpha=0.5)
     ax1.set_title("divergences by verdict")
     calm = margin_summary(results)
     allm = [x for r in results for x in margins(r.runs["recompute"].top2) if math.isfinite(x)]
