@@ -25,6 +25,7 @@ COMMANDS: dict[str, str] = {
     "lineage": "hybridmem.cli.lineage",
     "model": "hybridmem.cli.model",
     "run": "hybridmem.cli.run",
+    "continuation": "hybridmem.cli.continuation",
 }
 
 USAGE_EXIT = 2

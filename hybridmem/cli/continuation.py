@@ -1,0 +1,67 @@
+"""``hybridmem continuation``: does a retained checkpoint give the tokens recomputation gives?"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+
+from hybridmem.errors import HybridMemError
+
+HELP = ("continuation checks (App. D.5): retained-checkpoint continuation vs recomputation, "
+        "split prefill, repeats and batch variance on vLLM; verdict per case with evidence")
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("continuation", help=HELP, description=HELP)
+    p.add_argument("--model", default="tiny", metavar="M",
+                   help="'tiny' (the embedded model, built if missing) or a model directory")
+    p.add_argument("--org", default="vllm", metavar="X",
+                   help="organization: vllm (vLLM's own manager); S0/S1/S2/D0 once they serve "
+                   "inside vLLM")
+    p.add_argument("--dtype", default="float32", metavar="DTYPE",
+                   help="model and recurrent-state dtype: float32 (default) or bfloat16")
+    p.add_argument("--cases", type=int, default=64, metavar="N", help="cases (default 64)")
+    p.add_argument("--seed", type=int, default=0, metavar="S", help="case and engine seed")
+    p.add_argument("--cases-file", type=Path, default=None, metavar="FILE",
+                   help="JSON lines {prompt, boundary, max_tokens} instead of seeded cases")
+    p.add_argument("--max-tokens", type=int, default=16, metavar="T",
+                   help="greedy tokens per seeded case (default 16)")
+    p.add_argument("--fault", default=None, metavar="NAME",
+                   help="fault control: corrupt-checkpoint (every other case's retained "
+                   "checkpoint overwritten in place through the storage)")
+    p.add_argument("--out", type=Path, required=True, metavar="DIR", help="output directory")
+    p.add_argument("--json", action="store_true", help="print report.json to stdout")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from continuation_checks.check import CheckConfig, run_check
+
+    cfg = CheckConfig(out=args.out, model=args.model, org=args.org, dtype=args.dtype,
+                      cases=args.cases, seed=args.seed, fault=args.fault,
+                      cases_file=args.cases_file, max_tokens=args.max_tokens,
+                      progress=not args.quiet)
+    cfg.check()
+    # vLLM's own handlers log to stdout; leave its records to Python's default (warnings on
+    # stderr) so stdout carries only this command's output (--json stays parseable)
+    os.environ.setdefault("VLLM_CONFIGURE_LOGGING", "0")
+    try:
+        import vllm  # noqa: F401
+    except ImportError as exc:
+        raise HybridMemError(f"{exc.name} is not installed; install hybridmem[vllm]") from None
+    report = run_check(cfg)
+    if args.json:
+        print(json.dumps(report))
+    else:
+        s = report["summary"]
+        print(f"{args.org} {args.dtype} fault={args.fault}: "
+              + ", ".join(f"{k} {v}" for k, v in s.items() if v))
+        for line in report["explanation"]["supported"]:
+            print(f"  supported: {line}")
+        for line in report["explanation"]["ruled_out"]:
+            print(f"  ruled out: {line}")
+        print(f"  wrote {args.out}/report.json, cases.parquet, continuation.png")
+    return int(report["exit_code"])
