@@ -108,6 +108,8 @@ def read_header(f: IO[bytes], name: str) -> tuple[dict[str, Any], int]:
         meta = json.loads(meta_bytes)
     except (ValueError, UnicodeDecodeError) as exc:
         raise TraceError(f"{name}: damaged header (metadata is not JSON: {exc})") from None
+    except RecursionError:
+        raise TraceError(f"{name}: damaged header (metadata JSON nested too deeply)") from None
     if not isinstance(meta, dict):
         raise TraceError(f"{name}: damaged header (metadata is {type(meta).__name__}, not an "
                          "object)")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from hybridmem.cli.common import print_json
+from hybridmem.cli.common import print_json, real
 from hybridmem.stats import (
     PairedContrast,
     StatsError,
@@ -38,14 +38,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="numerator of the contrast subtracted in log space (interaction)")
     c.add_argument("--minus-den", metavar="ARM",
                    help="denominator of the contrast subtracted in log space (interaction)")
-    c.add_argument("--level", type=float, default=0.95,
+    c.add_argument("--level", type=real(0, 1, lo_open=True, hi_open=True), default=0.95,
                    help="two-sided confidence level of the paired-t interval (default 0.95)")
     c.add_argument("--json", action="store_true", help="print one JSON object")
     c.set_defaults(func=run_contrast)
 
     h = verbs.add_parser("holm", help="Holm step-down adjusted p-values of one family",
                          description="Holm-adjusted p-values, in the order given.")
-    h.add_argument("pvalues", nargs="+", type=float, metavar="P", help="raw p-values in [0, 1]")
+    h.add_argument("pvalues", nargs="+", type=real(0, 1), metavar="P",
+                   help="raw p-values in [0, 1]")
     h.add_argument("--json", action="store_true", help="print one JSON object")
     h.set_defaults(func=run_holm)
 
