@@ -40,6 +40,7 @@ from hybridmem.engines.run_results import (  # noqa: F401  (SUMMARY_KEYS: re-exp
     SUMMARY_KEYS,
     RequestRecord,
     RunResult,
+    clear_previous_outputs,
     summarize,
     write_run,
 )
@@ -122,6 +123,7 @@ def prepare_run(cfg: RunConfig) -> tuple[Path, Workload, Path, Path, Path | None
     workload = make_requests(cfg, vocab_size(model))
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
+    clear_previous_outputs(out)  # a killed re-run leaves no old summary beside a new trace
     manifest = workload.save_manifest(out / "workload.json")
     trace_path: Path | None = None
     if cfg.trace_dir is not None:
