@@ -43,7 +43,7 @@ MAX_DIGITS = 30  # no count or seed this tool takes needs more digits; longer in
 SEED_MAX = 2**32 - 1  # numpy / vLLM seeds are 32-bit unsigned
 # Serving-run limits: past these a run grows without bound in memory (1e9 requests built a
 # multi-GB workload in seconds) or fails deep inside vLLM after the engine started.
-MAX_REQUESTS = 1_000_000
+MAX_REQUESTS = 100_000
 MAX_CAP = 4096  # vLLM max_num_seqs
 MAX_MODEL_LEN = 1 << 20
 MAX_KV_BLOCKS = 1 << 16  # 8M tokens at 128 per block

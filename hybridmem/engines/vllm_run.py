@@ -84,7 +84,7 @@ class RunConfig:
             raise ValueError(f"max_model_len must be >= 64 tokens, got {self.max_model_len}")
         if self.kv_blocks is not None and self.kv_blocks < 2:
             raise ValueError(f"kv_blocks must be >= 2, got {self.kv_blocks}")
-        for name, value, hi in (("requests", self.requests, 1_000_000),
+        for name, value, hi in (("requests", self.requests, 100_000),
                                 ("seed", self.seed, 2**32 - 1), ("cap", self.cap, 4096),
                                 ("max_model_len", self.max_model_len, 1 << 20),
                                 ("kv_blocks", self.kv_blocks or 0, 1 << 16)):
