@@ -268,7 +268,8 @@ class CachedOrganization(Organization):
         if self.placement == ConvPlacement.PAGE and ck.conv >= 0:
             return [ck.conv]
         if self.placement == ConvPlacement.SLOT:
-            ref = conv_slab.decode_line(ck.conv)
+            assert self.slabs is not None
+            ref = conv_slab.decode_line(ck.conv, self.slabs.slots_per_slab)
             if ref is not None:
                 return [ref.page]
         return []

@@ -38,7 +38,7 @@ from hypothesis.stateful import (
 
 from hybridmem.cached_org import CachedOrganization
 from hybridmem.events import Cause, EventKind, RecordingObserver, StateKind
-from hybridmem.geometry import PRESETS, ceil_div
+from hybridmem.geometry import PRESETS, Geometry, ceil_div
 from hybridmem.hashing import extra_keys, hash_chain
 from hybridmem.organization import build
 from hybridmem.storage import bytes_d0_pools, bytes_s0, bytes_s1, bytes_s2
@@ -51,14 +51,14 @@ MAX_REQUESTS = 6
 
 
 @cache
-def _context(ctx: int) -> tuple[int, ...]:
-    rng = random.Random(1000 + ctx)
-    return tuple(rng.randrange(1, 50_000) for _ in range(3 * UNITS.d0_interval_tokens))
+def _context(ctx: int, length: int) -> tuple[int, ...]:
+    rng = random.Random(1000 + ctx)  # one seed per context: a longer context extends a shorter
+    return tuple(rng.randrange(1, 50_000) for _ in range(length))
 
 
 def context_tokens(ctx: int, length: int) -> list[int]:
     """Deterministic token ids of shared context ``ctx`` (identical for every request)."""
-    return list(_context(ctx)[:length])
+    return list(_context(ctx, max(length, 3 * UNITS.d0_interval_tokens))[:length])
 
 
 def expected_bytes(org: CachedOrganization, units: Units) -> int:
@@ -390,3 +390,29 @@ class D0Machine(OrganizationMachine):
 MACHINES: dict[str, type[OrganizationMachine]] = {
     "S0": S0Machine, "S1": S1Machine, "S2": S2Machine, "D0": D0Machine,
 }
+
+
+# ---- every geometry: the presets, and synthetic ones spanning slots per slab 2..64 and SSM members
+# 1..4 (a slab geometry of 16 slots hid a decoder that assumed 16: issue 14).
+def _synthetic(slots: int, members: int, kv: int, head_dim: int, heads: int, head_dim_m: int,
+               d_state: int, groups: int) -> tuple[str, Geometry]:
+    name = f"syn-slots{slots}-members{members}"
+    return name, Geometry(name, 2, kv, head_dim, "bfloat16", heads, head_dim_m, d_state, groups,
+                          4, "bfloat16")
+
+
+SYNTHETIC = dict(_synthetic(*row) for row in (
+    (2, 1, 1, 64, 48, 128, 8, 1), (2, 2, 1, 64, 48, 128, 16, 1), (2, 3, 1, 64, 48, 128, 32, 1),
+    (2, 4, 1, 64, 64, 128, 32, 1), (4, 1, 1, 64, 1, 8, 256, 8), (4, 2, 1, 64, 4, 128, 256, 8),
+    (4, 3, 1, 64, 24, 32, 256, 4), (4, 4, 1, 64, 8, 128, 256, 4), (8, 1, 1, 64, 1, 8, 128, 8),
+    (8, 2, 1, 64, 4, 128, 256, 2), (8, 3, 1, 64, 24, 32, 256, 2), (8, 4, 1, 64, 8, 128, 256, 1),
+    (16, 1, 1, 64, 1, 8, 64, 8), (16, 2, 1, 64, 4, 128, 256, 1), (16, 4, 1, 128, 16, 128, 256, 1),
+    (32, 1, 1, 64, 1, 8, 32, 8), (32, 2, 1, 128, 24, 32, 256, 1), (64, 1, 1, 64, 1, 8, 16, 8),
+))
+GEOMETRIES: dict[str, Units] = {name: derive_units(g) for name, g in
+                                {**PRESETS, **SYNTHETIC}.items()}
+
+
+def machine_for(org: str, units: Units) -> type[OrganizationMachine]:
+    """The state machine of ``org`` on the geometry of ``units``."""
+    return type(f"{org}Machine_{units.geometry.model}", (MACHINES[org],), {"units": units})

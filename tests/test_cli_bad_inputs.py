@@ -264,6 +264,10 @@ def _cases() -> list[tuple[str, list[str]]]:
     for p in ("nan", "-1", "2", "inf", "x", HUGE, "-0.0001", "1e400"):
         add(f"stats-holm-{p[:8]}", "stats", "holm", "0.5", p)
     add("stats-holm-none", "stats", "holm")
+    for p6, p9 in (("nan", "-"), ("2", "-"), ("-", "-1"), ("x", "0.1"), (HUGE, "-")):
+        add(f"stats-two-look-{p6[:6]}-{p9[:6]}", "stats", "two-look", p6, p9)
+    add("stats-two-look-one", "stats", "two-look", "0.1")
+    add("stats-test-scale", *sc, "{good}", "--num", "a", "--den", "b", "--test-scale", "ranks")
     # fidelity
     for key in ("sum_deep", "sum_nan", "sum_inf", "sum_strseed", "sum_hugeseed", "sum_list",
                 "sum_notjson", "sum_neg", "sum_strtrace", "run_empty", "missing", "trace"):
