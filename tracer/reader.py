@@ -26,7 +26,7 @@ from hybridmem.events import Cause, Event, EventKind, Outcome, StateKind
 from tracer import crcrange
 from tracer import format as fmt
 from tracer.errors import TraceError
-from tracer.verdict import ScanCounters, Verdict, judge
+from tracer.judge import ScanCounters, Verdict, judge
 
 CHUNK = 1 << 20
 DIRECT_CRC_MAX = 4096  # content up to this is CRC'd directly (cheaper than a shift), longer

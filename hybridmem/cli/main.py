@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from hybridmem.errors import HybridMemError
+from hybridmem.names import ENV_TRACEBACK
 
 # name -> module path; a module is imported only when its command runs (heavy deps stay lazy).
 COMMANDS: dict[str, str] = {
@@ -97,7 +98,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except MemoryError:
         return _fail(command, "input too large to hold in memory")
     except Exception as exc:  # the last line of defence: one line, exit 2, never exit 1
-        if os.environ.get("HYBRIDMEM_TRACEBACK") == "1":
+        if os.environ.get(ENV_TRACEBACK) == "1":
             traceback.print_exc()
         return _fail(command, f"unexpected {type(exc).__name__}: {exc}")
     return code

@@ -129,8 +129,7 @@ def prepare_run(cfg: RunConfig) -> tuple[Path, Workload, Path, Path, Path | None
     if cfg.trace_dir is not None:
         Path(cfg.trace_dir).mkdir(parents=True, exist_ok=True)
         trace_path = Path(cfg.trace_dir) / TRACE_FILE
-        for stale in (trace_path, trace_path.with_suffix(".jsonl")):
-            stale.unlink(missing_ok=True)
+        trace_path.unlink(missing_ok=True)
     return model, workload, out, manifest, trace_path
 
 
