@@ -49,3 +49,16 @@ def test_s2_on_granite_catches_a_decoder_that_assumes_16_slots(monkeypatch):
             settings=settings(settings.default, max_examples=50, deadline=None,
                               phases=[Phase.explicit, Phase.generate],  # no shrinking: any
                               suppress_health_check=list(HealthCheck)))  # failure will do
+
+
+def test_s2_reclaim_of_a_member_page_keeps_the_conv_line():
+    """Regression (issue 14): reclaiming a member page compared the checkpoint's conv LINE id
+    with the page id (an S1 rule); when they happened to be equal the line was dropped and the
+    slot stayed occupied by a forgotten checkpoint. Two slots per slab make line ids as small as
+    page ids, so the derandomized machine meets the collision within 15 programs (it failed
+    there before the fix: "slot occupied by a checkpoint that does not point back to it")."""
+    run_state_machine_as_test(
+        machine_for("S2", GEOMETRIES["syn-slots2-members1"]),
+        settings=settings(max_examples=15, deadline=None, stateful_step_count=50,
+                          derandomize=True, database=None, phases=[Phase.generate],
+                          suppress_health_check=list(HealthCheck)))
