@@ -273,9 +273,21 @@ def geometry_from_config(
     if not layers:
         raise ConfigError(f"{name}: no num_hidden_layers")
     dtype = str(_first(cfg, "dtype") or "bfloat16").removeprefix("torch.")
-    n_groups = _first(cfg, "n_groups") or 1
-    d_conv = _first(cfg, "d_conv") or 4
+    n_groups = _first(cfg, "n_groups")
+    d_conv = _first(cfg, "d_conv")
+    for field, value in (("n_groups", n_groups), ("d_conv", d_conv)):
+        if value is None:  # never a silent default: the conv state size depends on both
+            raise ConfigError(f"{name}: no {field} ({'/'.join(_ALIASES[field])}); the conv "
+                              "state cannot be priced without it")
+    cache_dtype = cfg.get("mamba_ssm_cache_dtype")
+    if ssm_dtype is None and isinstance(cache_dtype, str) and cache_dtype != "auto":
+        dtype_bytes(cache_dtype)
+        ssm_dtype = cache_dtype.removeprefix("torch.")  # the SSM state's own dtype
     attn_layers, mamba_layers = _layer_counts(cfg, layers)
+    for kind, count in (("attention", attn_layers), ("mamba", mamba_layers)):
+        if count == 0:
+            raise ConfigError(f"{name}: no {kind} layers (layer pattern of "
+                              f"{int(layers)} layers); not a hybrid this tool can price")
     return Geometry(
         model=name, layers=int(layers), kv_heads=int(kv_heads), head_dim=int(head_dim),
         dtype=dtype, mamba_heads=int(heads), mamba_head_dim=int(head_dim_m),
