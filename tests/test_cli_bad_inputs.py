@@ -367,7 +367,7 @@ def _cases() -> list[tuple[str, list[str]]]:
         ("--share", ("nan", "-0.1", "1.1", "inf", "x")),
         ("--seed", ("-1", "4294967296", HUGE, "x", "1.5")),
         ("--cap", ("0", "-1", "1000000000", HUGE)),
-        ("--max-model-len", ("0", "63", "1000000000000", HUGE)),
+        ("--max-model-len", ("0", "63", "1000000000000", HUGE, "4096")),  # tiny: 2,048
         ("--kv-blocks", ("0", "1", "1000000000000", HUGE)),
         ("--server-timeout", ("nan", "0", "-1", "inf")),
         ("--request-timeout", ("nan", "0", "-1", "inf")),

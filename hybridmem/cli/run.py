@@ -65,6 +65,25 @@ def check_paths(args: argparse.Namespace) -> None:
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise HybridMemError(f"--out {args.out!r} exists and is not a directory")
+    limit = _max_positions(args.model)
+    if limit is not None and args.max_model_len > limit:  # vLLM would refuse after starting
+        raise HybridMemError(f"--max-model-len {args.max_model_len:,} is over the model's "
+                             f"max_position_embeddings {limit:,}")
+
+
+def _max_positions(model: str) -> int | None:
+    """The model's max_position_embeddings (None when its config does not say)."""
+    if model == "tiny":
+        from hybridmem.engines.tiny_model import MAX_MODEL_LEN
+
+        return MAX_MODEL_LEN
+    try:
+        cfg = json.loads((Path(model) / "config.json").read_text())
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise HybridMemError(f"model {model!r}: config.json is not readable JSON "
+                             f"({type(exc).__name__})") from None
+    v = cfg.get("max_position_embeddings") if isinstance(cfg, dict) else None
+    return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None
 
 
 def run(args: argparse.Namespace) -> int:
