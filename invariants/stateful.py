@@ -77,6 +77,8 @@ class OrganizationMachine(RuleBasedStateMachine):
     ORG = "S2"
     units = UNITS
     PIN_CHOICES: tuple[int | None, ...] = (None, 1, 1, 2, 3)  # K per program (None: Roff)
+    PIN_BUDGETS: tuple[int | None, ...] = (None, None, 1, 2)  # most simultaneous pins
+    pin_budget: int | None = None
 
     def __init__(self) -> None:
         super().__init__()
@@ -107,8 +109,9 @@ class OrganizationMachine(RuleBasedStateMachine):
     def setup(self, data: Any, retention: bool) -> None:
         capacity = self.capacity(data)
         pin_k = data.draw(st.sampled_from(self.PIN_CHOICES), label="pin_k")
+        self.pin_budget = data.draw(st.sampled_from(self.PIN_BUDGETS), label="pin_budget")
         self.org = build(self.ORG, self.units, capacity, self.obs, pin_k=pin_k,
-                         retention=retention)
+                         pin_budget=self.pin_budget, retention=retention)
         self.debug = DebugOrganization(self.org)
         note(f"{self.ORG} capacity={capacity} pin_k={pin_k} retention={retention}")
 
@@ -192,19 +195,24 @@ class OrganizationMachine(RuleBasedStateMachine):
     # -- rules ---------------------------------------------------------------------------------
     @precondition(lambda self: len(self.tokens) < MAX_REQUESTS)
     @rule(ctx=st.integers(0, NUM_CONTEXTS - 1), ctx_chunks=st.sampled_from([0, 1, 2, 2, 3]),
-          tail=st.integers(1, 3), salt=st.sampled_from(["none", "none", "none", "team", "own"]),
-          rounds=st.integers(0, 4), keep=st.booleans())
+          tail=st.integers(1, 3),
+          salt=st.sampled_from(["none", "none", "none", "team", "mate", "own"]),
+          rounds=st.integers(0, 4), keep=st.booleans(), on_boundary=st.booleans())
     def arrive(self, ctx: int, ctx_chunks: int, tail: int, salt: str, rounds: int,
-               keep: bool) -> None:
+               keep: bool, on_boundary: bool = False) -> None:
         """A request over ``ctx_chunks`` recurrent chunks of a shared context plus a private
-        tail is registered, admitted, and advanced ``rounds`` times."""
+        tail is registered, admitted, and advanced ``rounds`` times. ``on_boundary``: the tail
+        ends on an attention-block boundary, so the prompt's last token closes a block (and,
+        with whole chunks, a checkpoint the lookup must not adopt: at most L - 1). Salts
+        "team" and "mate" have equal length, so a hash that used only the salt's length
+        would merge them."""
         assert self.debug is not None
         rid = f"r{self.counter}"
         self.counter += 1
-        tail_len = tail * self.gr // 2 - 1
+        tail_len = tail * self.ga if on_boundary else tail * self.gr // 2 - 1
         toks = context_tokens(ctx, ctx_chunks * self.gr) + \
             [50_000 + 7 * self.counter + i for i in range(tail_len)]
-        cache_salt = {"none": None, "team": "team", "own": rid}[salt]
+        cache_salt = {"none": None, "team": "team", "mate": "mate", "own": rid}[salt]
         self.debug.add_request(rid, toks, cache_salt)
         self.tokens[rid], self.salts[rid] = toks, cache_salt
         self.waiting.add(rid)
@@ -360,6 +368,12 @@ class OrganizationMachine(RuleBasedStateMachine):
         assert org_keys == self.keys, \
             f"discoverable keys differ: org-only {set(org_keys) - set(self.keys)}, " \
             f"model-only {set(self.keys) - set(org_keys)}"
+
+    @invariant()
+    def pins_within_budget(self) -> None:
+        if self.org is not None and self.pin_budget is not None:
+            assert len(self.org.pins) <= self.pin_budget, \
+                f"{len(self.org.pins)} pins held, budget {self.pin_budget}"
 
     @invariant()
     def integrity_and_accounting(self) -> None:
