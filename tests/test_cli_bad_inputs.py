@@ -352,6 +352,11 @@ def _cases() -> list[tuple[str, list[str]]]:
                 "kv_hashtype", "kv_group", "kv_removed", "kv_events", "kv_mapevents",
                 "kv_mapts", "kv_hugets", "kv_unknown", "kv_scalar", "kv_nostore", "trace"):
         add(f"lineage-import-{key}", "lineage", "import-vllm", f"{{{key}}}", "{out}/i.parquet")
+    for dev in ("/dev/urandom", "/dev/zero"):  # endless devices: refused before any read
+        add(f"lineage-import-{dev}", "lineage", "import-vllm", dev, "{out}/i.parquet")
+        add(f"trace-verify-{dev}", "trace", "verify", dev)
+        add(f"lineage-report-{dev}", "lineage", dev)
+        add(f"stats-contrast-{dev}", *sc, dev, "--num", "a", "--den", "b")
     for bs in ("0", "-1", "nan", HUGE, "x", str(2**40)):
         add(f"lineage-import-bs-{bs[:6]}", "lineage", "import-vllm", "{kv_nostore}",
             "{out}/i.parquet", "--block-size", bs)
