@@ -31,10 +31,15 @@ _SIZE_SUFFIX = {
 }
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
 _LABEL_RE = re.compile(r"^b(\d+)$")
+MAX_TEXT = 40  # characters of a budget or size (a 5,000-digit budget is refused, not parsed)
+MAX_BYTES = 1 << 60
 
 
 def parse_size(text: str) -> int:
-    """Bytes from ``123``, ``96MiB``, ``1.5GiB`` or ``100MB``; rejects zero and negatives."""
+    """Bytes from ``123``, ``96MiB``, ``1.5GiB`` or ``100MB``; rejects zero, negatives, more
+    than ``MAX_BYTES`` and input longer than ``MAX_TEXT`` characters."""
+    if len(str(text)) > MAX_TEXT:
+        raise BudgetError(f"bad size {str(text)[:20]!r}... ({len(str(text))} characters)")
     m = _SIZE_RE.match(str(text))
     if not m or m.group(2).lower() not in _SIZE_SUFFIX:
         raise BudgetError(f"bad size {text!r}: expected bytes or a size like 96MiB, 1.5GiB, 100MB")
@@ -43,6 +48,8 @@ def parse_size(text: str) -> int:
         raise BudgetError(f"bad size {text!r}: {float(value)} is not a whole number of bytes")
     if value <= 0:
         raise BudgetError(f"size must be positive, got {text!r}")
+    if value > MAX_BYTES:
+        raise BudgetError(f"size {text!r} is over {MAX_BYTES:,} B")
     return int(value)
 
 
@@ -55,6 +62,8 @@ class Budget:
 def parse_budget(text: str, units: Units) -> Budget:
     """A label ``bN`` (N >= 1), a byte count, or a size such as ``96MiB``."""
     raw = str(text).strip()
+    if len(raw) > MAX_TEXT:
+        raise BudgetError(f"bad budget {raw[:20]!r}... ({len(raw)} characters)")
     if raw.startswith("-"):
         raise BudgetError(f"budget must be positive, got {text!r}")
     m = _LABEL_RE.match(raw)
@@ -62,6 +71,8 @@ def parse_budget(text: str, units: Units) -> Budget:
         n = int(m.group(1))
         if n <= 0:
             raise BudgetError(f"budget label must be b1 or larger, got {text!r}")
+        if n * units.label_unit_bytes > MAX_BYTES:
+            raise BudgetError(f"budget label {text!r} is over {MAX_BYTES:,} B")
         return Budget(raw, n * units.label_unit_bytes)
     if raw[:1].lower() == "b":
         raise BudgetError(f"bad budget label {text!r}: expected bN with N a positive integer")

@@ -268,7 +268,8 @@ class CachedOrganization(Organization):
         if self.placement == ConvPlacement.PAGE and ck.conv >= 0:
             return [ck.conv]
         if self.placement == ConvPlacement.SLOT:
-            ref = conv_slab.decode_line(ck.conv)
+            assert self.slabs is not None
+            ref = conv_slab.decode_line(ck.conv, self.slabs.slots_per_slab)
             if ref is not None:
                 return [ref.page]
         return []
@@ -467,8 +468,8 @@ class CachedOrganization(Organization):
         assert isinstance(entry, Checkpoint), f"cached page {page} of pool {pool.name} has no " \
             "owner; this indicates a lost ownership record"
         entry.members = [MISSING_PAGE if p == page else p for p in entry.members]
-        if entry.conv == page:
-            entry.conv = NO_LINE
+        if self.placement == ConvPlacement.PAGE and entry.conv == page:  # S1: conv is a page;
+            entry.conv = NO_LINE  # S2's conv is a LINE id, never compared with a page id
         return [entry]
 
     def _reclaim(self, pool: PagePool, page: int, cause: Cause, requester: str) -> None:

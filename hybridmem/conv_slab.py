@@ -1,4 +1,4 @@
-"""S2 conv slabs: 512-KiB pages cut into 16 slots of 32 KiB, addressed by line id (App. A.3).
+"""S2 conv slabs: shared pages cut into conv slots (16 of 32 KiB for Falcon-H1-7B), by line id.
 
 A slot is named by its line id ``l = 16 p + s`` where ``p`` is the REAL page id of the slab in the
 shared pool (not the slab's position in any list) and ``0 <= s < 16``::
@@ -19,27 +19,26 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import NamedTuple
 
-NO_LINE = -1  # absent conv state; never decoded
+from hybridmem import addressing
+from hybridmem.addressing import NO_LINE
 
+__all__ = ["NO_LINE", "SlabTable", "SlotRef", "decode_line", "encode_line"]
 
-class SlotRef(NamedTuple):
+class SlotRef(NamedTuple):  # the same fields as hybridmem.addressing.LineAddress
     page: int
     slot: int
 
 
-def encode_line(page: int, slot: int, slots_per_slab: int = 16) -> int:
-    if page < 0 or not 0 <= slot < slots_per_slab:
-        raise ValueError(f"line needs page >= 0 and 0 <= slot < {slots_per_slab}, "
-                         f"got page {page} slot {slot}")
-    return slots_per_slab * page + slot
+def encode_line(page: int, slot: int, slots_per_slab: int) -> int:
+    """Line id of ``slot`` in slab ``page`` (:func:`hybridmem.addressing.encode_line`)."""
+    return addressing.encode_line(page, slot, slots_per_slab)
 
 
-def decode_line(line: int, slots_per_slab: int = 16) -> SlotRef | None:
-    """``(page, slot)`` of a line, or None for the sentinel (or any negative line)."""
-    if line < 0:
-        return None
-    page, slot = divmod(line, slots_per_slab)
-    return SlotRef(page, slot)
+def decode_line(line: int, slots_per_slab: int) -> SlotRef | None:
+    """``(page, slot)`` of a line, or None for the sentinel (or any negative line). The slab
+    geometry is required: there is no default of 16 slots."""
+    ref = addressing.decode_line_or_none(line, slots_per_slab)
+    return None if ref is None else SlotRef(ref.page, ref.slot)
 
 
 class SlabTable:

@@ -80,8 +80,10 @@ def read_summary(run_dir: str | Path, metric: str = DEFAULT_METRIC) -> RunSummar
         raise FidelityError(f"{str(d)!r} holds no {SUMMARY_FILE}")
     try:
         data = json.loads(f.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise FidelityError(f"cannot read {str(f)!r}: {exc}") from None
+    except RecursionError:
+        raise FidelityError(f"cannot read {str(f)!r}: JSON nested too deeply") from None
     if not isinstance(data, dict):
         raise FidelityError(f"{str(f)!r} is not a JSON object")
     seed, trace, value = data.get("seed"), data.get("trace"), data.get(metric)

@@ -18,6 +18,7 @@ accepted (Falcon-H1, Bamba, GraniteMoeHybrid, NemotronH, Zamba2); see ``_ALIASES
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -193,6 +194,33 @@ def _layer_counts(cfg: dict[str, Any], layers: int) -> tuple[int | None, int | N
     return None, None
 
 
+# Integer fields a config may give; each, when present, must be a whole number in
+# [1, MAX_CONFIG_INT] (a zero head count, 2.5 layers, ``true`` or 10**40 cannot be priced).
+_INT_FIELDS = ("num_hidden_layers", "hidden_size", "num_attention_heads", "head_dim",
+               "attention_head_dim", "mamba_expand",
+               *(k for f in ("mamba_heads", "mamba_head_dim", "d_ssm", "d_state", "n_groups",
+                             "d_conv", "kv_heads") for k in _ALIASES[f]))
+MAX_CONFIG_INT = 1 << 24
+
+
+def _check_config_values(cfg: dict[str, Any], name: str) -> None:
+    for key in _INT_FIELDS:
+        v = cfg.get(key)
+        if v is None:
+            continue
+        if (isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v)
+                or v != int(v)):
+            raise ConfigError(f"{name}: {key} must be a whole number, got {v!r:.60}")
+        if not 1 <= v <= MAX_CONFIG_INT:
+            raise ConfigError(f"{name}: {key} must lie in [1, {MAX_CONFIG_INT:,}], got {v!r:.60}")
+    for key in _ALIASES["dtype"]:
+        v = cfg.get(key)
+        if v is not None:
+            if not isinstance(v, str):
+                raise ConfigError(f"{name}: {key} must be a dtype name, got {v!r:.60}")
+            dtype_bytes(v)
+
+
 def geometry_from_config(
     cfg: dict[str, Any], name: str = "config", ssm_dtype: str | None = None
 ) -> Geometry:
@@ -204,6 +232,9 @@ def geometry_from_config(
         raise ConfigError(f"{name}: config must be a JSON object, got {type(cfg).__name__}")
     if cfg.get("text_config") and isinstance(cfg["text_config"], dict):
         cfg = {**cfg["text_config"], **{k: v for k, v in cfg.items() if k != "text_config"}}
+    _check_config_values(cfg, name)
+    if ssm_dtype is not None:
+        dtype_bytes(ssm_dtype)
     heads = _first(cfg, "mamba_heads")
     d_state = _first(cfg, "d_state")
     if heads is None or d_state is None:
@@ -242,9 +273,21 @@ def geometry_from_config(
     if not layers:
         raise ConfigError(f"{name}: no num_hidden_layers")
     dtype = str(_first(cfg, "dtype") or "bfloat16").removeprefix("torch.")
-    n_groups = _first(cfg, "n_groups") or 1
-    d_conv = _first(cfg, "d_conv") or 4
+    n_groups = _first(cfg, "n_groups")
+    d_conv = _first(cfg, "d_conv")
+    for field, value in (("n_groups", n_groups), ("d_conv", d_conv)):
+        if value is None:  # never a silent default: the conv state size depends on both
+            raise ConfigError(f"{name}: no {field} ({'/'.join(_ALIASES[field])}); the conv "
+                              "state cannot be priced without it")
+    cache_dtype = cfg.get("mamba_ssm_cache_dtype")
+    if ssm_dtype is None and isinstance(cache_dtype, str) and cache_dtype != "auto":
+        dtype_bytes(cache_dtype)
+        ssm_dtype = cache_dtype.removeprefix("torch.")  # the SSM state's own dtype
     attn_layers, mamba_layers = _layer_counts(cfg, layers)
+    for kind, count in (("attention", attn_layers), ("mamba", mamba_layers)):
+        if count == 0:
+            raise ConfigError(f"{name}: no {kind} layers (layer pattern of "
+                              f"{int(layers)} layers); not a hybrid this tool can price")
     return Geometry(
         model=name, layers=int(layers), kv_heads=int(kv_heads), head_dim=int(head_dim),
         dtype=dtype, mamba_heads=int(heads), mamba_head_dim=int(head_dim_m),
@@ -255,6 +298,8 @@ def geometry_from_config(
 
 def load_geometry(model: str, ssm_dtype: str | None = None) -> Geometry:
     """A preset name, a ``config.json`` path, or a model directory holding ``config.json``."""
+    if ssm_dtype is not None:
+        dtype_bytes(ssm_dtype)  # "" or "float7" is refused, never silently ignored
     if model in PRESETS:
         geo = PRESETS[model]
         return geo.with_ssm_dtype(ssm_dtype) if ssm_dtype else geo
@@ -270,6 +315,8 @@ def load_geometry(model: str, ssm_dtype: str | None = None) -> Geometry:
         cfg = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ConfigError(f"cannot read config {str(path)!r}: {exc}") from None
+    except RecursionError:
+        raise ConfigError(f"cannot read config {str(path)!r}: JSON nested too deeply") from None
     return geometry_from_config(cfg, name=str(model), ssm_dtype=ssm_dtype)
 
 

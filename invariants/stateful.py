@@ -38,7 +38,7 @@ from hypothesis.stateful import (
 
 from hybridmem.cached_org import CachedOrganization
 from hybridmem.events import Cause, EventKind, RecordingObserver, StateKind
-from hybridmem.geometry import PRESETS, ceil_div
+from hybridmem.geometry import PRESETS, Geometry, ceil_div
 from hybridmem.hashing import extra_keys, hash_chain
 from hybridmem.organization import build
 from hybridmem.storage import bytes_d0_pools, bytes_s0, bytes_s1, bytes_s2
@@ -51,14 +51,14 @@ MAX_REQUESTS = 6
 
 
 @cache
-def _context(ctx: int) -> tuple[int, ...]:
-    rng = random.Random(1000 + ctx)
-    return tuple(rng.randrange(1, 50_000) for _ in range(3 * UNITS.d0_interval_tokens))
+def _context(ctx: int, length: int) -> tuple[int, ...]:
+    rng = random.Random(1000 + ctx)  # one seed per context: a longer context extends a shorter
+    return tuple(rng.randrange(1, 50_000) for _ in range(length))
 
 
 def context_tokens(ctx: int, length: int) -> list[int]:
     """Deterministic token ids of shared context ``ctx`` (identical for every request)."""
-    return list(_context(ctx)[:length])
+    return list(_context(ctx, max(length, 3 * UNITS.d0_interval_tokens))[:length])
 
 
 def expected_bytes(org: CachedOrganization, units: Units) -> int:
@@ -77,6 +77,8 @@ class OrganizationMachine(RuleBasedStateMachine):
     ORG = "S2"
     units = UNITS
     PIN_CHOICES: tuple[int | None, ...] = (None, 1, 1, 2, 3)  # K per program (None: Roff)
+    PIN_BUDGETS: tuple[int | None, ...] = (None, None, 1, 2)  # most simultaneous pins
+    pin_budget: int | None = None
 
     def __init__(self) -> None:
         super().__init__()
@@ -107,8 +109,9 @@ class OrganizationMachine(RuleBasedStateMachine):
     def setup(self, data: Any, retention: bool) -> None:
         capacity = self.capacity(data)
         pin_k = data.draw(st.sampled_from(self.PIN_CHOICES), label="pin_k")
+        self.pin_budget = data.draw(st.sampled_from(self.PIN_BUDGETS), label="pin_budget")
         self.org = build(self.ORG, self.units, capacity, self.obs, pin_k=pin_k,
-                         retention=retention)
+                         pin_budget=self.pin_budget, retention=retention)
         self.debug = DebugOrganization(self.org)
         note(f"{self.ORG} capacity={capacity} pin_k={pin_k} retention={retention}")
 
@@ -192,19 +195,24 @@ class OrganizationMachine(RuleBasedStateMachine):
     # -- rules ---------------------------------------------------------------------------------
     @precondition(lambda self: len(self.tokens) < MAX_REQUESTS)
     @rule(ctx=st.integers(0, NUM_CONTEXTS - 1), ctx_chunks=st.sampled_from([0, 1, 2, 2, 3]),
-          tail=st.integers(1, 3), salt=st.sampled_from(["none", "none", "none", "team", "own"]),
-          rounds=st.integers(0, 4), keep=st.booleans())
+          tail=st.integers(1, 3),
+          salt=st.sampled_from(["none", "none", "none", "team", "mate", "own"]),
+          rounds=st.integers(0, 4), keep=st.booleans(), on_boundary=st.booleans())
     def arrive(self, ctx: int, ctx_chunks: int, tail: int, salt: str, rounds: int,
-               keep: bool) -> None:
+               keep: bool, on_boundary: bool = False) -> None:
         """A request over ``ctx_chunks`` recurrent chunks of a shared context plus a private
-        tail is registered, admitted, and advanced ``rounds`` times."""
+        tail is registered, admitted, and advanced ``rounds`` times. ``on_boundary``: the tail
+        ends on an attention-block boundary, so the prompt's last token closes a block (and,
+        with whole chunks, a checkpoint the lookup must not adopt: at most L - 1). Salts
+        "team" and "mate" have equal length, so a hash that used only the salt's length
+        would merge them."""
         assert self.debug is not None
         rid = f"r{self.counter}"
         self.counter += 1
-        tail_len = tail * self.gr // 2 - 1
+        tail_len = tail * self.ga if on_boundary else tail * self.gr // 2 - 1
         toks = context_tokens(ctx, ctx_chunks * self.gr) + \
             [50_000 + 7 * self.counter + i for i in range(tail_len)]
-        cache_salt = {"none": None, "team": "team", "own": rid}[salt]
+        cache_salt = {"none": None, "team": "team", "mate": "mate", "own": rid}[salt]
         self.debug.add_request(rid, toks, cache_salt)
         self.tokens[rid], self.salts[rid] = toks, cache_salt
         self.waiting.add(rid)
@@ -362,6 +370,12 @@ class OrganizationMachine(RuleBasedStateMachine):
             f"model-only {set(self.keys) - set(org_keys)}"
 
     @invariant()
+    def pins_within_budget(self) -> None:
+        if self.org is not None and self.pin_budget is not None:
+            assert len(self.org.pins) <= self.pin_budget, \
+                f"{len(self.org.pins)} pins held, budget {self.pin_budget}"
+
+    @invariant()
     def integrity_and_accounting(self) -> None:
         if self.debug is None or self.org is None:
             return
@@ -390,3 +404,29 @@ class D0Machine(OrganizationMachine):
 MACHINES: dict[str, type[OrganizationMachine]] = {
     "S0": S0Machine, "S1": S1Machine, "S2": S2Machine, "D0": D0Machine,
 }
+
+
+# ---- every geometry: the presets, and synthetic ones spanning slots per slab 2..64 and SSM members
+# 1..4 (a slab geometry of 16 slots hid a decoder that assumed 16: issue 14).
+def _synthetic(slots: int, members: int, kv: int, head_dim: int, heads: int, head_dim_m: int,
+               d_state: int, groups: int) -> tuple[str, Geometry]:
+    name = f"syn-slots{slots}-members{members}"
+    return name, Geometry(name, 2, kv, head_dim, "bfloat16", heads, head_dim_m, d_state, groups,
+                          4, "bfloat16")
+
+
+SYNTHETIC = dict(_synthetic(*row) for row in (
+    (2, 1, 1, 64, 48, 128, 8, 1), (2, 2, 1, 64, 48, 128, 16, 1), (2, 3, 1, 64, 48, 128, 32, 1),
+    (2, 4, 1, 64, 64, 128, 32, 1), (4, 1, 1, 64, 1, 8, 256, 8), (4, 2, 1, 64, 4, 128, 256, 8),
+    (4, 3, 1, 64, 24, 32, 256, 4), (4, 4, 1, 64, 8, 128, 256, 4), (8, 1, 1, 64, 1, 8, 128, 8),
+    (8, 2, 1, 64, 4, 128, 256, 2), (8, 3, 1, 64, 24, 32, 256, 2), (8, 4, 1, 64, 8, 128, 256, 1),
+    (16, 1, 1, 64, 1, 8, 64, 8), (16, 2, 1, 64, 4, 128, 256, 1), (16, 4, 1, 128, 16, 128, 256, 1),
+    (32, 1, 1, 64, 1, 8, 32, 8), (32, 2, 1, 128, 24, 32, 256, 1), (64, 1, 1, 64, 1, 8, 16, 8),
+))
+GEOMETRIES: dict[str, Units] = {name: derive_units(g) for name, g in
+                                {**PRESETS, **SYNTHETIC}.items()}
+
+
+def machine_for(org: str, units: Units) -> type[OrganizationMachine]:
+    """The state machine of ``org`` on the geometry of ``units``."""
+    return type(f"{org}Machine_{units.geometry.model}", (MACHINES[org],), {"units": units})

@@ -28,37 +28,17 @@ The same rule holds for a page-table row whose entries are negative (a padded ba
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import torch
 
+# line ids have one definition, in the ground layer (re-exported for the kernels' callers)
+from hybridmem.addressing import NO_LINE, LineAddress, decode_line, encode_line
 from hybridmem.units import Units
 
-NO_LINE = -1  # the conv-slot sentinel (App. A.3): absent state; any negative id means the same
 NO_PAGE = -1  # a padded batch row in a member-page table: skipped like NO_LINE
+__all__ = ["NO_LINE", "NO_PAGE", "LineAddress", "encode_line", "decode_line", "elems_per_page",
+           "slot_elems", "slab_lines"]
 
 INDEX_DTYPES = (torch.int32, torch.int64)
-
-
-class LineAddress(NamedTuple):
-    page: int
-    slot: int
-
-
-def encode_line(page: int, slot: int, slots_per_slab: int = 16) -> int:
-    """Line id ``slots_per_slab * page + slot`` of slot ``slot`` in slab page ``page``."""
-    if page < 0:
-        raise ValueError(f"page id must be >= 0 to encode a line, got {page}")
-    if not 0 <= slot < slots_per_slab:
-        raise ValueError(f"slot must satisfy 0 <= slot < {slots_per_slab}, got {slot}")
-    return slots_per_slab * page + slot
-
-
-def decode_line(line: int, slots_per_slab: int = 16) -> LineAddress:
-    """(page, slot) of a line id; the sentinel (any negative line) is refused, never decoded."""
-    if line < 0:
-        raise ValueError(f"line {line} is the no-state sentinel and has no page/slot")
-    return LineAddress(line // slots_per_slab, line % slots_per_slab)
 
 
 def elems_per_page(units: Units, dtype: torch.dtype) -> int:

@@ -179,7 +179,9 @@ class _Walker:
     # -- event handlers ---------------------------------------------------------------------
 
     def waiting_entry(self, rid: str, pc: int, seq: int, chain: tuple[int, ...],
-                      rchain: tuple[int, ...]) -> None:
+                      rchain: tuple[int, ...], prompt_tokens: int = 0) -> None:
+        if prompt_tokens > 0:  # only boundaries <= L - 1 are adoptable supply (SPEC §5, §7)
+            rchain = rchain[: (prompt_tokens - 1) // self.gr]
         ep = self.out.episodes.get((rid, pc))
         if ep is None:
             ep = self.out.episodes[(rid, pc)] = EpisodeReplay(rid, pc)
@@ -283,7 +285,8 @@ def replay(table: pa.Table, meta: RunMeta | None = None, *, source: str = "table
                                                     c["request_id"][i]))
         elif kind == "waiting_entry" and c["request_id"][i]:
             w.waiting_entry(c["request_id"][i], c["preemption_count"][i], c["seq"][i],
-                            tuple(c["chain"][i] or ()), tuple(c["recurrent_chain"][i] or ()))
+                            tuple(c["chain"][i] or ()), tuple(c["recurrent_chain"][i] or ()),
+                            c["depth"][i] or 0)
         elif kind == "adoption" and c["request_id"][i]:
             w.adoption(c["request_id"][i], c["preemption_count"][i], c["seq"][i],
                        c["step"][i], c["depth"][i])

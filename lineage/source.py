@@ -43,11 +43,14 @@ class Run:
 
 def _meta_verdict(meta: RunMeta) -> tuple[bool | None, str]:
     v: Any = meta.extra.get("verdict")
-    if isinstance(v, dict) and "accepted" in v:
-        return bool(v["accepted"]), str(v.get("reason", ""))
+    if v is None:
+        return None, "event table without an embedded trace verdict"
+    if isinstance(v, dict) and isinstance(v.get("accepted"), bool):
+        return v["accepted"], str(v.get("reason", ""))[:200]
     if isinstance(v, bool):
         return v, "verdict recorded in the table metadata"
-    return None, "event table without an embedded trace verdict"
+    raise HybridMemError(f"run metadata 'verdict' must be an object with a boolean 'accepted' "
+                         f"(or a boolean), got {v!r:.60}")
 
 
 def open_run(path: str | Path, allow_unverified: bool = False) -> Run:
@@ -64,7 +67,10 @@ def open_run(path: str | Path, allow_unverified: bool = False) -> Run:
             raise HybridMemError(f"{p}: not a readable Parquet file ({exc})") from None
         check_columns(table, str(p))
         meta = table_meta(table, str(p))
-        verified, reason = _meta_verdict(meta)
+        try:
+            verified, reason = _meta_verdict(meta)
+        except HybridMemError as exc:
+            raise HybridMemError(f"{p}: {exc}") from None
     else:
         from tracer import events_table, verify
 

@@ -15,6 +15,7 @@ requests mix their salt into every key (no cross-request hits).
 
 from __future__ import annotations
 
+import hashlib
 import math
 import random
 from collections import OrderedDict
@@ -66,7 +67,10 @@ class _Req:
 
 
 def _key(*parts: object) -> int:
-    return hash64(abs(hash(parts)) * 0x9E3779B97F4A7C15)
+    """A 64-bit key of ``parts`` that is the same in every process (Python's ``hash`` of a str
+    is salted per process, so the same seed gave different traces in two runs: issue 14)."""
+    digest = hashlib.blake2b(repr(parts).encode(), digest_size=8).digest()
+    return hash64(int.from_bytes(digest, "little") or 1)
 
 
 class _Sim:

@@ -55,13 +55,34 @@ def check_grid(attention_grid_tokens: int, recurrent_grid_tokens: int) -> None:
                               f"({gr} % {ga} = {gr % ga})")
 
 
+MAX_GRID_TOKENS = 1 << 24
+
+
+def _grid(d: Mapping[str, Any], key: str, source: str) -> int:
+    v = d[key]
+    if isinstance(v, bool) or not isinstance(v, int) or not 0 < v <= MAX_GRID_TOKENS:
+        raise EventTableError(f"{source}: run metadata {key} must be a whole number of tokens "
+                              f"in [1, {MAX_GRID_TOKENS:,}], got {v!r:.60}")
+    return v
+
+
 def meta_from_json(raw: bytes | str | Mapping[str, Any], source: str = "table") -> RunMeta:
-    d = dict(raw) if isinstance(raw, Mapping) else json.loads(raw)
+    try:
+        d = dict(raw) if isinstance(raw, Mapping) else json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise EventTableError(f"{source}: run metadata {META_KEY.decode()} is not JSON "
+                              f"({exc})") from None
+    except RecursionError:
+        raise EventTableError(f"{source}: run metadata {META_KEY.decode()} is nested too "
+                              "deeply") from None
+    if not isinstance(d, dict):
+        raise EventTableError(f"{source}: run metadata {META_KEY.decode()} is "
+                              f"{type(d).__name__}, not an object")
     missing = [k for k in ("organization", "attention_grid_tokens", "recurrent_grid_tokens")
                if k not in d]
     if missing:
         raise EventTableError(f"{source}: run metadata {META_KEY.decode()} lacks {missing}")
-    ga, gr = int(d["attention_grid_tokens"]), int(d["recurrent_grid_tokens"])
+    ga, gr = _grid(d, "attention_grid_tokens", source), _grid(d, "recurrent_grid_tokens", source)
     check_grid(ga, gr)
     extra = {k: v for k, v in d.items()
              if k not in ("organization", "attention_grid_tokens", "recurrent_grid_tokens")}
@@ -81,6 +102,16 @@ def check_columns(table: pa.Table, source: str = "table") -> None:
     missing = [name for name, _, _ in EVENT_COLUMNS if name not in table.column_names]
     if missing:
         raise EventTableError(f"{source}: event table lacks columns {missing}")
+    import pyarrow.types as pt
+
+    kinds = {"int64": pt.is_integer, "int32": pt.is_integer, "uint64": pt.is_integer,
+             "string": lambda t: pt.is_string(t) or pt.is_large_string(t),
+             "list<uint64>": lambda t: (pt.is_null(t) or (pt.is_list(t) or pt.is_large_list(t))
+                                        and pt.is_integer(t.value_type))}
+    for name, want, _ in EVENT_COLUMNS:
+        got = table.schema.field(name).type
+        if not kinds[want](got):
+            raise EventTableError(f"{source}: column {name!r} has type {got}, expected {want}")
 
 
 def _name(v: Any) -> str:

@@ -76,11 +76,42 @@ def _event(raw: Any) -> tuple[str, dict[str, Any]]:
     return str(tag), fields
 
 
+MAX_BLOCK_SIZE = 1 << 20
+MAX_STREAM_BYTES = 256 << 20  # a file past this is refused before reading (no unbounded read)
+MAX_TS = 9e9  # seconds: timestamps become int64 nanoseconds (< 9.2e18)
+
+
+def _ts(raw: Any) -> float:
+    if isinstance(raw, bool) or not isinstance(raw, int | float) or not -MAX_TS <= raw <= MAX_TS:
+        raise VllmEventError(f"batch timestamp must be a finite number of seconds, got "
+                             f"{raw!r:.60}")
+    return float(raw)
+
+
+def _int(f: dict[str, Any], key: str, lo: int, hi: int) -> int:
+    v = f.get(key)
+    if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+        raise VllmEventError(f"{key} must be an integer in [{lo:,}, {hi:,}], got {v!r:.60}")
+    return v
+
+
+def _hashes(f: dict[str, Any]) -> list[Any]:
+    v = f.get("block_hashes")
+    if not isinstance(v, list | tuple) or not all(
+            isinstance(h, bytes) or (isinstance(h, int) and not isinstance(h, bool))
+            for h in v):
+        raise VllmEventError(f"block_hashes must be a list of int or bytes hashes, got "
+                             f"{v!r:.60}")
+    return list(v)
+
+
 def _batch(raw: Any) -> _Batch:
     if isinstance(raw, dict) and "events" in raw:
-        return _Batch(float(raw.get("ts", 0.0)), [_event(e) for e in raw["events"]])
+        if not isinstance(raw["events"], list | tuple):
+            raise VllmEventError(f"KVEventBatch events must be a list, got {raw['events']!r:.60}")
+        return _Batch(_ts(raw.get("ts", 0.0)), [_event(e) for e in raw["events"]])
     if isinstance(raw, list | tuple) and len(raw) >= 2 and isinstance(raw[1], list | tuple):
-        return _Batch(float(raw[0]), [_event(e) for e in raw[1]])
+        return _Batch(_ts(raw[0]), [_event(e) for e in raw[1]])
     raise VllmEventError(f"not a KVEventBatch: {raw!r:.80}")
 
 
@@ -128,14 +159,15 @@ def batches_to_table(batches: Iterable[_Batch], *, block_size: int | None = None
             if tag == "BlockStored":
                 sk = _kind_of_spec(f.get("kv_cache_spec_kind"))
                 if f.get("group_idx") is not None:
+                    gi = _int(f, "group_idx", 0, 1 << 16)
                     if f.get("kv_cache_spec_kind") is None:
-                        sk = group_kind.get(int(f["group_idx"]), sk)
-                    group_kind[int(f["group_idx"])] = sk
-                size = int(f["block_size"])
+                        sk = group_kind.get(gi, sk)
+                    group_kind[gi] = sk
+                size = _int(f, "block_size", 1, MAX_BLOCK_SIZE)
                 grid.setdefault(sk, size)
                 parent = f.get("parent_block_hash")
                 base = depth_of.get((sk, hash64(parent)), 0) if parent is not None else 0
-                for i, h in enumerate(f["block_hashes"]):
+                for i, h in enumerate(_hashes(f)):
                     key = (sk, hash64(h))
                     depth_of[key] = base + (i + 1) * size
                     stored[key] = None
@@ -144,9 +176,9 @@ def batches_to_table(batches: Iterable[_Batch], *, block_size: int | None = None
                     ts.append(b.ts)
             elif tag == "BlockRemoved":
                 g = f.get("group_idx")
-                sk = group_kind.get(int(g), StateKind.ATTENTION) if g is not None else \
-                    StateKind.ATTENTION
-                for h in f["block_hashes"]:
+                sk = group_kind.get(_int(f, "group_idx", 0, 1 << 16), StateKind.ATTENTION) \
+                    if g is not None else StateKind.ATTENTION
+                for h in _hashes(f):
                     key = (sk, hash64(h))
                     stored.pop(key, None)
                     events.append(Event(EventKind.LOSS, step=step, hash=key[1],
@@ -181,5 +213,13 @@ def import_stream(path: str | Path, *, block_size: int | None = None,
     p = Path(path)
     if not p.exists():
         raise HybridMemError(f"{p}: no such file")
+    if not p.is_file():
+        raise HybridMemError(f"{p}: not a regular file (a device or pipe could be endless)")
+    size = p.stat().st_size
+    if size > MAX_STREAM_BYTES:
+        raise HybridMemError(f"{p}: {size:,} B is over the {MAX_STREAM_BYTES:,} B limit of one "
+                             "imported stream; split it")
+    if block_size is not None and not 1 <= block_size <= MAX_BLOCK_SIZE:
+        raise HybridMemError(f"block_size must lie in [1, {MAX_BLOCK_SIZE:,}], got {block_size}")
     return batches_to_table(decode_stream(p.read_bytes()), block_size=block_size,
                             medium=medium)

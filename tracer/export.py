@@ -13,6 +13,7 @@ import os
 from typing import IO, TYPE_CHECKING, Any
 
 from hybridmem.events import Event, EventKind
+from hybridmem.outputs import atomic_output, check_output
 from tracer.reader import TraceReader
 from tracer.schema import EVENT_COLUMNS, META_KEY, arrow_schema
 from tracer.verdict import Verdict
@@ -51,11 +52,14 @@ def events_table(path: str | os.PathLike[str]) -> pa.Table:
 
 
 def write_parquet(path: str | os.PathLike[str], out: str | os.PathLike[str]) -> Verdict:
-    """Write the event table to ``out`` (Parquet); returns the trace's verdict."""
+    """Write the event table to ``out`` (Parquet, atomically, never over ``path``); returns the
+    trace's verdict."""
     import pyarrow.parquet as pq
 
+    check_output(out, (path,), "--parquet")
     table = events_table(path)
-    pq.write_table(table, os.fspath(out))
+    with atomic_output(out, (path,), "--parquet") as tmp:
+        pq.write_table(table, os.fspath(tmp))
     return Verdict(**json.loads(table.schema.metadata[META_KEY])["verdict"])
 
 
@@ -154,8 +158,9 @@ class _Timeline:
 def write_perfetto(path: str | os.PathLike[str], out: str | os.PathLike[str]) -> Verdict:
     """Write a Chrome JSON trace (opens in ui.perfetto.dev and chrome://tracing); returns the
     verdict, which is also stored under ``otherData``."""
+    check_output(out, (path,), "--perfetto")
     reader = TraceReader(path)
-    with open(os.fspath(out), "w", encoding="utf-8") as f:
+    with atomic_output(out, (path,), "--perfetto") as tmp, open(tmp, "w", encoding="utf-8") as f:
         f.write('{"displayTimeUnit":"ns","traceEvents":[\n')
         tl = _Timeline(f)
         org = reader.meta.get("organization")

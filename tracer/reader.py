@@ -18,15 +18,20 @@ from __future__ import annotations
 import json
 import os
 import struct
+import zlib
 from collections.abc import Iterator
 from typing import IO, Any
 
 from hybridmem.events import Cause, Event, EventKind, Outcome, StateKind
+from tracer import crcrange
 from tracer import format as fmt
 from tracer.errors import TraceError
-from tracer.verdict import ScanCounters, Verdict, judge
+from tracer.judge import ScanCounters, Verdict, judge
 
 CHUNK = 1 << 20
+DIRECT_CRC_MAX = 4096  # content up to this is CRC'd directly (cheaper than a shift), longer
+#                        by prefix checkpoints (tracer/crcrange.py)
+CK_BLOCK = 512  # prefix-CRC checkpoint spacing: a range CRC reads <= 2 x 512 B + 44 B
 
 TraceEvent = tuple[int, int, Event]  # (seq, ts_ns, event)
 
@@ -44,14 +49,21 @@ class _Window:
         self.pos = 0
         self.base = start  # file offset of buf[0]
         self.eof = False
+        self.ck: list[int] | None = None  # ck[k] = crc32(file[ck_origin:ck_origin + k*BLOCK])
+        self.ck_origin = start
 
     def ensure(self, n: int) -> bool:
         """True when at least ``n`` unread bytes are in the window."""
         while len(self.buf) - self.pos < n and not self.eof:
             if self.pos > CHUNK:
-                del self.buf[:self.pos]
-                self.base += self.pos
-                self.pos = 0
+                cut = self.pos
+                if self.ck is not None:  # keep the checkpoint grid: cut on a block boundary
+                    self._extend_ck(self.base + len(self.buf))
+                    cut = (self.base + self.pos - self.ck_origin) // CK_BLOCK * CK_BLOCK \
+                        + self.ck_origin - self.base
+                del self.buf[:cut]
+                self.base += cut
+                self.pos -= cut
             data = self.f.read(max(CHUNK, n))
             if not data:
                 self.eof = True
@@ -64,6 +76,34 @@ class _Window:
 
     def offset(self) -> int:
         return self.base + self.pos
+
+    def _extend_ck(self, upto: int) -> None:
+        """Checkpoints for every whole block below absolute offset ``upto``."""
+        ck = self.ck
+        assert ck is not None
+        while self.ck_origin + len(ck) * CK_BLOCK <= upto:
+            lo = self.ck_origin + (len(ck) - 1) * CK_BLOCK - self.base
+            ck.append(zlib.crc32(memoryview(self.buf)[lo:lo + CK_BLOCK], ck[-1]))
+
+    def prefix_crc(self, x: int) -> int:
+        """crc32(file[ck_origin:x]) for an absolute offset x inside the window."""
+        if self.ck is None:
+            self.ck, self.ck_origin = [0], self.base
+        self._extend_ck(x)
+        k = (x - self.ck_origin) // CK_BLOCK
+        lo = self.ck_origin + k * CK_BLOCK - self.base
+        return zlib.crc32(memoryview(self.buf)[lo:x - self.base], self.ck[k])
+
+    def packet_crc(self, start: int, length: int) -> int:
+        """CRC of the packet at ``buf[start:]`` as FORMAT.md defines it (header up to the CRC
+        field, then ``length`` content bytes), in O(min(length, DIRECT_CRC_MAX)) work."""
+        view = memoryview(self.buf)
+        head = zlib.crc32(view[start:start + fmt.PACKET_CRC_OFFSET])
+        lo = start + fmt.PACKET.size
+        if length <= DIRECT_CRC_MAX:
+            return zlib.crc32(view[lo:lo + length], head) & 0xFFFFFFFF
+        s = self.base + lo
+        return crcrange.shift(head ^ self.prefix_crc(s), length) ^ self.prefix_crc(s + length)
 
     def find_magic(self) -> bool:
         """Advance to the next packet magic after ``pos``; False (window emptied) at EOF."""
@@ -108,6 +148,8 @@ def read_header(f: IO[bytes], name: str) -> tuple[dict[str, Any], int]:
         meta = json.loads(meta_bytes)
     except (ValueError, UnicodeDecodeError) as exc:
         raise TraceError(f"{name}: damaged header (metadata is not JSON: {exc})") from None
+    except RecursionError:
+        raise TraceError(f"{name}: damaged header (metadata JSON nested too deeply)") from None
     if not isinstance(meta, dict):
         raise TraceError(f"{name}: damaged header (metadata is {type(meta).__name__}, not an "
                          "object)")
@@ -169,10 +211,10 @@ class TraceReader:
                 self._damage_at_eof(w, damaged)
                 return
             start = w.pos
-            content = bytes(w.buf[start + fmt.PACKET.size:start + fmt.PACKET.size + length])
-            if crc != fmt.crc32(w.buf[start:start + fmt.PACKET_CRC_OFFSET], content):
+            if crc != w.packet_crc(start, length):  # O(1) amortised: no copy before the CRC
                 damaged = self._resync(w, damaged)
                 continue
+            content = bytes(w.buf[start + fmt.PACKET.size:start + fmt.PACKET.size + length])
             try:
                 records, end = _parse_records(content, first_seq, count, strings)
             except _Malformed:

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from hybridmem.names import TABLE_META_KEY
+
 if TYPE_CHECKING:
     import pyarrow as pa
 
@@ -43,7 +45,7 @@ EVENT_COLUMNS: tuple[tuple[str, str, str], ...] = (
      "recurrent boundary"),
 )
 
-META_KEY = b"hybridmem.meta"
+META_KEY = TABLE_META_KEY
 
 
 def arrow_schema() -> pa.Schema:

@@ -19,6 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from hybridmem.budget import parse_budget, plan_budget
+from hybridmem.cli.common import MAX_KV_BLOCKS, MAX_REQUESTS, count, real
+from hybridmem.cli.common import out_path as path_arg
+from hybridmem.cli.common import seed as seed_arg
 from hybridmem.cli.plan import format_plans
 from hybridmem.errors import HybridMemError
 from hybridmem.geometry import load_geometry
@@ -30,14 +33,17 @@ HELP = ("budget plans for Falcon-H1-7B, then a short traced vLLM run with its tr
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("demo", help=HELP, description=HELP)
-    p.add_argument("--out", type=Path, default=Path("out/demo"), metavar="DIR",
+    p.add_argument("--out", type=path_arg(), default="out/demo", metavar="DIR",
                    help="output directory (default out/demo)")
-    p.add_argument("--requests", type=int, default=150, metavar="N", help="requests (150)")
-    p.add_argument("--rate", type=float, default=10.0, metavar="R", help="requests/s (10)")
-    p.add_argument("--share", type=float, default=0.8, metavar="Q", help="shared fraction (0.8)")
-    p.add_argument("--kv-blocks", type=int, default=20, metavar="B",
+    p.add_argument("--requests", type=count(1, MAX_REQUESTS), default=150, metavar="N",
+                   help="requests (150)")
+    p.add_argument("--rate", type=real(0, 1e6, lo_open=True), default=10.0, metavar="R",
+                   help="requests/s (10)")
+    p.add_argument("--share", type=real(0, 1), default=0.8, metavar="Q",
+                   help="shared fraction (0.8)")
+    p.add_argument("--kv-blocks", type=count(2, MAX_KV_BLOCKS), default=20, metavar="B",
                    help="KV-cache blocks of 128 tokens (20: small, so requests compete)")
-    p.add_argument("--seed", type=int, default=1, metavar="S")
+    p.add_argument("--seed", type=seed_arg(), default=1, metavar="S")
     p.add_argument("--plan-only", action="store_true", help="print the budget plans and stop")
     p.set_defaults(func=run)
 
@@ -79,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
     from lineage.report import analyse, format_text, plot
     from lineage.source import open_run
 
-    out: Path = args.out
+    out = Path(args.out)
     cfg = RunConfig(model="tiny", requests=args.requests, rate=args.rate, share=args.share,
                     seed=args.seed, cap=8, trace_dir=out / "trace", out=out,
                     kv_blocks=args.kv_blocks)

@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from hybridmem.cli.common import print_json
+from hybridmem.cli.common import out_path, print_json, real
 from hybridmem.errors import HybridMemError
 from hybridmem.fidelity import BOUND, DEFAULT_METRIC, LEVEL, METRICS, FidelityResult, fidelity
+from hybridmem.outputs import atomic_output, check_output
 
 HELP = "does tracing change throughput? paired-t interval of 100 ln(ON/OFF) inside +-3"
 
@@ -26,12 +27,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help=f"summary.json throughput key (default {DEFAULT_METRIC}: request span; "
                    "throughput_cpu_tok_s, tokens per CPU second of the run's process, is a "
                    "diagnostic for shared machines, not the SPEC metric)")
-    p.add_argument("--level", type=float, default=LEVEL,
+    p.add_argument("--level", type=real(0, 1, lo_open=True, hi_open=True), default=LEVEL,
                    help=f"two-sided confidence level (default {LEVEL})")
-    p.add_argument("--bound", type=float, default=BOUND,
+    p.add_argument("--bound", type=real(0, 1e6, lo_open=True), default=BOUND,
                    help=f"allowed |100 ln(ON/OFF)| in log points (default {BOUND:g})")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--plot", type=Path, default=None, metavar="PNG",
+    p.add_argument("--plot", type=out_path((".png",)), default=None, metavar="PNG",
                    help="also draw each seed's 100 ln(ON/OFF), the mean, its interval and the "
                    "bounds into this PNG")
     p.set_defaults(func=run)
@@ -82,13 +83,16 @@ def plot_result(r: FidelityResult, out_png: Path) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.plot is not None:
+        check_output(args.plot, [*args.on, *args.off], "--plot")
     result = fidelity(args.on, args.off, metric=args.metric, level=args.level, bound=args.bound)
     if args.json:
         print_json(result.as_dict())
     else:
         print(format_result(result))
     if args.plot is not None:
-        plot_result(result, args.plot)
+        with atomic_output(args.plot, [*args.on, *args.off], "--plot") as tmp:
+            plot_result(result, tmp)
         if not args.json:
             print(f"plot: {args.plot}")
     return 0 if result.passed else 1

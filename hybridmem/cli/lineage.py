@@ -15,7 +15,11 @@ import argparse
 import json
 import sys
 
+from hybridmem.cli.common import count, out_path, real
 from hybridmem.errors import HybridMemError
+from hybridmem.outputs import atomic_output, check_output
+
+MAX_SQL_CHARS = 100_000
 
 HELP = "episode lineage of traced runs: J_enter vs J_adopt, depth classes, loss attribution"
 VERBS = ("query", "views", "import-vllm")
@@ -27,8 +31,10 @@ forms:
       per run: class counts and fractions, mean J_adopt / R_max / A_max with the M0/M1
       bracket, attribution k/n, publication/loss totals, SQL vs replay agreement. PATH is a
       binary trace (verified first) or an exported .parquet event table.
-  hybridmem lineage query PATH --sql "SELECT ..."
-      run one SQL statement with every lineage view registered over PATH.
+  hybridmem lineage query PATH --sql "SELECT ..." [--allow-files] [--timeout S]
+      run one read-only SQL statement (SELECT / EXPLAIN) with every lineage view registered
+      over PATH; no file, URL or extension access from SQL unless --allow-files (which also
+      permits COPY ... TO), a statement timeout (60 s) and a memory limit (2GB).
   hybridmem lineage views
       list the public views and their column comments.
   hybridmem lineage import-vllm STREAM OUT.parquet [--block-size N]
@@ -46,11 +52,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="one JSON object per run, one per line")
     p.add_argument("--allow-unverified", action="store_true",
                    help="analyse traces whose verdict is not accepted (the output says so)")
-    p.add_argument("--plot", metavar="OUT.png", default=None,
+    p.add_argument("--plot", type=out_path((".png", ".pdf", ".svg")), metavar="OUT.png",
+                   default=None,
                    help="write class bars per run and a J_enter vs J_adopt scatter")
     p.add_argument("--sql", metavar="SQL", default=None, help="the statement for 'query'")
+    p.add_argument("--allow-files", action="store_true",
+                   help="'query': let the statement read and write files (COPY ... TO, "
+                   "read_csv); off by default: the query tool is read-only")
+    p.add_argument("--timeout", type=real(0, 86_400, lo_open=True), default=60.0,
+                   metavar="S", help="'query': statement timeout in seconds (default 60)")
+    p.add_argument("--memory-limit", default="2GB", metavar="SIZE",
+                   help="'query': DuckDB memory limit (default 2GB)")
     p.add_argument("--private", action="store_true", help="'views': also list private views")
-    p.add_argument("--block-size", type=int, default=None, metavar="N",
+    p.add_argument("--block-size", type=count(1, 1 << 20), default=None, metavar="N",
                    help="'import-vllm': tokens per block when the stream does not say")
     p.set_defaults(func=run)
 
@@ -72,29 +86,27 @@ def _views(args: argparse.Namespace) -> int:
 
 
 def _query(args: argparse.Namespace) -> int:
-    import duckdb
-
+    from lineage.query import run_query
     from lineage.source import open_run
     from lineage.views import connect
 
     if len(args.args) != 2:
         raise HybridMemError(f"'query' takes exactly one PATH, got {args.args[1:]}")
-    if not args.sql:
+    if args.sql is None:
         raise HybridMemError("'query' needs --sql \"SELECT ...\"")
+    if len(args.sql) > MAX_SQL_CHARS:
+        raise HybridMemError(f"--sql is {len(args.sql):,} characters, over {MAX_SQL_CHARS:,}")
     run_ = open_run(args.args[1], allow_unverified=args.allow_unverified)
     con = connect(run_.table, run_.meta, source=run_.path)
-    try:
-        rel = con.sql(args.sql)
-    except duckdb.Error as exc:
-        raise HybridMemError(f"--sql {args.sql!r}: {str(exc).splitlines()[0]}") from None
-    if rel is None:
-        return 0
+    result = run_query(con, args.sql, allow_files=args.allow_files, timeout_s=args.timeout,
+                       memory_limit=args.memory_limit, inputs=[run_.path])
     if args.json:
-        for row in rel.fetchall():
-            print(json.dumps(dict(zip(rel.columns, row, strict=True)), default=str))
+        for row in result.rows:
+            print(json.dumps(dict(zip(result.columns, row, strict=True)), default=str))
     else:
-        print("\t".join(rel.columns))
-        for row in rel.fetchall():
+        if result.columns:
+            print("\t".join(result.columns))
+        for row in result.rows:
             print("\t".join("NULL" if v is None else str(v) for v in row))
     return 0
 
@@ -109,8 +121,10 @@ def _import_vllm(args: argparse.Namespace) -> int:
     src, dst = args.args[1], args.args[2]
     if not dst.endswith(".parquet"):
         raise HybridMemError(f"output {dst!r} must end in .parquet")
+    check_output(dst, (src,), "output")
     table = import_stream(src, block_size=args.block_size)
-    pq.write_table(table, dst)
+    with atomic_output(dst, (src,), "output") as tmp:
+        pq.write_table(table, tmp)
     _progress(f"{src}: {table.num_rows:,} events written to {dst}")
     return 0
 
@@ -121,6 +135,8 @@ def _report(args: argparse.Namespace) -> int:
 
     if not args.args:
         raise HybridMemError("give at least one PATH (or 'query' / 'views' / 'import-vllm')")
+    if args.plot:
+        check_output(args.plot, args.args, "--plot")
     # open (and verify) every input first, so a bad one fails before any work is printed
     runs = [open_run(path, allow_unverified=args.allow_unverified) for path in args.args]
     reports = []
@@ -135,7 +151,8 @@ def _report(args: argparse.Namespace) -> int:
         else:
             print(format_text(rep))
     if args.plot:
-        plot(reports, args.plot)
+        with atomic_output(args.plot, args.args, "--plot") as tmp:
+            plot(reports, str(tmp))
         _progress(f"lineage: plot written to {args.plot}")
     return 0 if all(r.agreement.complete for r in reports) else 1
 

@@ -1,18 +1,32 @@
 """Entry point of the ``hybridmem`` console script.
 
-Every subcommand module exposes ``add_parser(subparsers)`` and ``run(args) -> int``. Caller errors
-(:class:`hybridmem.errors.HybridMemError`, bad flags) print one line and exit 2, never a traceback.
+Every subcommand module exposes ``add_parser(subparsers)`` and ``run(args) -> int``.
+
+Exit status, for every subcommand:
+
+    0    done (accepted, PASS)
+    1    done, and the answer is "not accepted" / "FAIL" / "disagree" (the command says which)
+    2    bad input: ONE line on stderr naming the offending value, never a traceback
+    130  interrupted (Ctrl-C)
+
+Caller errors (:class:`hybridmem.errors.HybridMemError`, bad flags) are validated at the
+boundary; any other exception that still escapes a command is turned into one line and exit 2 by
+:func:`main` (a traceback would exit 1, which ``trace verify`` reserves for "not accepted").
+Set ``HYBRIDMEM_TRACEBACK=1`` to see the traceback of such an unexpected error.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
+import traceback
 from collections.abc import Sequence
 from typing import NoReturn
 
 from hybridmem.errors import HybridMemError
+from hybridmem.names import ENV_TRACEBACK
 
 # name -> module path; a module is imported only when its command runs (heavy deps stay lazy).
 COMMANDS: dict[str, str] = {
@@ -29,11 +43,19 @@ COMMANDS: dict[str, str] = {
 }
 
 USAGE_EXIT = 2
+INTERRUPT_EXIT = 130
+MESSAGE_CHARS = 400  # an error line is cut here (a 5,000-digit value stays one readable line)
+
+
+def one_line(text: object, limit: int = MESSAGE_CHARS) -> str:
+    """``text`` as one line of at most ``limit`` characters (newlines folded, long text cut)."""
+    s = " ".join(str(text).split())
+    return s if len(s) <= limit else s[: limit - 3] + "..."
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
-        self.exit(USAGE_EXIT, f"{self.prog}: error: {message}\n")
+        self.exit(USAGE_EXIT, f"{self.prog}: error: {one_line(message)}\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -48,22 +70,38 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _fail(command: str, message: str) -> int:
+    print(f"hybridmem {command}: error: {one_line(message)}", file=sys.stderr)
+    return USAGE_EXIT
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except KeyboardInterrupt:
+        print("hybridmem: interrupted", file=sys.stderr)
+        return INTERRUPT_EXIT
+    command = str(getattr(args, "command", "?"))
     try:
         code = int(args.func(args))
     except HybridMemError as exc:
-        print(f"hybridmem {args.command}: error: {exc}", file=sys.stderr)
-        return USAGE_EXIT
+        return _fail(command, str(exc))
+    except BrokenPipeError:  # `hybridmem ... | head`: the reader has what it wanted
+        return 0
     except OSError as exc:  # a path the caller named cannot be read or written
-        if isinstance(exc, BrokenPipeError):
-            return 0
-        print(f"hybridmem {args.command}: error: {exc}", file=sys.stderr)
-        return USAGE_EXIT
+        return _fail(command, str(exc))
     except KeyboardInterrupt:
-        print(f"hybridmem {args.command}: interrupted", file=sys.stderr)
-        return 130
+        print(f"hybridmem {command}: interrupted", file=sys.stderr)
+        return INTERRUPT_EXIT
+    except RecursionError:
+        return _fail(command, "input nested too deeply to read")
+    except MemoryError:
+        return _fail(command, "input too large to hold in memory")
+    except Exception as exc:  # the last line of defence: one line, exit 2, never exit 1
+        if os.environ.get(ENV_TRACEBACK) == "1":
+            traceback.print_exc()
+        return _fail(command, f"unexpected {type(exc).__name__}: {exc}")
     return code
 
 

@@ -14,6 +14,10 @@ import math
 import sys
 from pathlib import Path
 
+from hybridmem.cli.common import count as count_arg
+from hybridmem.cli.common import out_path as path_arg
+from hybridmem.cli.common import real as real_arg
+from hybridmem.cli.common import seed as seed_arg
 from hybridmem.engines.tiny_model import DEFAULT_DIR, TINY_GRID_TOKENS
 from hybridmem.errors import HybridMemError
 
@@ -29,9 +33,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "heads of 16, d_state 64, 512-word vocabulary, weights shaped so the "
                         "recurrent state matters) from a seed. An existing build of the same "
                         "seed and version is reused.")
-    b.add_argument("--out", type=Path, default=DEFAULT_DIR, metavar="DIR",
+    b.add_argument("--out", type=path_arg(), default=str(DEFAULT_DIR), metavar="DIR",
                    help=f"model directory (default: {DEFAULT_DIR})")
-    b.add_argument("--seed", type=int, default=0, metavar="S", help="weight seed (default 0)")
+    b.add_argument("--seed", type=seed_arg(), default=0, metavar="S",
+                   help="weight seed (default 0)")
     b.add_argument("--force", action="store_true", help="rebuild even if a matching build exists")
     b.set_defaults(func=run)
     s = msub.add_parser("sensitivity", help="greedy tokens from a true vs a zeroed checkpoint",
@@ -42,17 +47,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "a strict majority changes and the true state changes none).")
     s.add_argument("--model", default="tiny", metavar="M",
                    help="'tiny' (the embedded model, built if missing) or a model directory")
-    s.add_argument("--requests", type=int, default=20, metavar="N",
+    s.add_argument("--requests", type=count_arg(1, 1000), default=20, metavar="N",
                    help="workload requests, 1..1000 (default 20)")
-    s.add_argument("--seed", type=int, default=0, metavar="S", help="workload seed (default 0)")
-    s.add_argument("--share", type=float, default=0.5, metavar="Q",
+    s.add_argument("--seed", type=seed_arg(), default=0, metavar="S",
+                   help="workload seed (default 0)")
+    s.add_argument("--share", type=real_arg(0.0, 1.0, lo_open=True), default=0.5, metavar="Q",
                    help="shared-prefix fraction of each prompt, in (0, 1] (default 0.5)")
-    s.add_argument("--tokens", type=int, default=32, metavar="T",
+    s.add_argument("--tokens", type=count_arg(1, 256), default=32, metavar="T",
                    help="greedy tokens generated per arm, 1..256 (default 32)")
-    s.add_argument("--grid", type=int, default=None, metavar="G",
+    s.add_argument("--grid", type=count_arg(1, 8192), default=None, metavar="G",
                    help="checkpoint grid in tokens (default: the model's hybridmem.json, else "
                    f"{TINY_GRID_TOKENS})")
-    s.add_argument("--max-model-len", type=int, default=1024, metavar="L",
+    s.add_argument("--max-model-len", type=count_arg(64, 8192), default=1024, metavar="L",
                    help="model limit the workload is scaled to, 64..8192 (default 1024, as "
                    "`hybridmem run`)")
     s.add_argument("--json", action="store_true", help="print the full report as JSON")
@@ -65,6 +71,9 @@ def _import_error(exc: ImportError) -> HybridMemError:
 
 
 def run(args: argparse.Namespace) -> int:
+    args.out = Path(args.out)
+    if args.out.exists() and not args.out.is_dir():
+        raise HybridMemError(f"--out {str(args.out)!r} exists and is not a directory")
     from hybridmem.engines.tiny_model import build_tiny_model
 
     try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from hybridmem.budget import Plan, parse_budget, plan_budget
-from hybridmem.cli.common import add_model_args, model_units, print_json
+from hybridmem.cli.common import add_model_args, model_units, print_json, real
 
 HELP = "integer allocation of a nominal budget under S0, S1, S2 and D0 (App. B.3)"
 
@@ -16,7 +16,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_model_args(p)
     p.add_argument("--budget", required=True, metavar="BUDGET",
                    help="label bN (N x uniform unit), a byte count, or a size such as 96MiB")
-    p.add_argument("--attention-fraction", type=float, default=None, metavar="F",
+    p.add_argument("--attention-fraction", type=real(0, 1, lo_open=True, hi_open=True),
+                   default=None, metavar="F",
                    help="D0 attention share in (0,1); defaults to the model preset's")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)

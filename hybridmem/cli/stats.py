@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from hybridmem.cli.common import print_json
+from hybridmem.cli.common import print_json, real
 from hybridmem.stats import (
+    TEST_SCALES,
     PairedContrast,
     StatsError,
     arm,
@@ -13,6 +14,7 @@ from hybridmem.stats import (
     contrast,
     holm,
     load_long,
+    two_look,
 )
 
 HELP = "seed-paired contrasts (log ratios, paired-t, sign-flip) and Holm adjustment"
@@ -38,16 +40,44 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="numerator of the contrast subtracted in log space (interaction)")
     c.add_argument("--minus-den", metavar="ARM",
                    help="denominator of the contrast subtracted in log space (interaction)")
-    c.add_argument("--level", type=float, default=0.95,
+    c.add_argument("--level", type=real(0, 1, lo_open=True, hi_open=True), default=0.95,
                    help="two-sided confidence level of the paired-t interval (default 0.95)")
+    c.add_argument("--test-scale", choices=TEST_SCALES, default="log",
+                   help="scale of the sign-flip test: 'log' ratios (the 22-test extension family, "
+                   "default) or 'relative' percentages 100(num/den - 1), the original five "
+                   "comparisons (App. B.5; log ratios are their sensitivity)")
     c.add_argument("--json", action="store_true", help="print one JSON object")
     c.set_defaults(func=run_contrast)
 
+    t = verbs.add_parser(
+        "two-look", help="sequential p of a contrast looked at twice: min(1, 2 min(p6, p9))",
+        description="The two-look rule of the original five comparisons (App. B.5, eq. B1): "
+        "p_seq = min(1, 2 min(p6, p9)); give '-' for a look not taken (it counts p = 1).")
+    t.add_argument("p6", type=_maybe_p, metavar="P6", help="p at the first look, or '-'")
+    t.add_argument("p9", type=_maybe_p, metavar="P9", help="p at the second look, or '-'")
+    t.add_argument("--json", action="store_true", help="print one JSON object")
+    t.set_defaults(func=run_two_look)
+
     h = verbs.add_parser("holm", help="Holm step-down adjusted p-values of one family",
                          description="Holm-adjusted p-values, in the order given.")
-    h.add_argument("pvalues", nargs="+", type=float, metavar="P", help="raw p-values in [0, 1]")
+    h.add_argument("pvalues", nargs="+", type=real(0, 1), metavar="P",
+                   help="raw p-values in [0, 1]")
     h.add_argument("--json", action="store_true", help="print one JSON object")
     h.set_defaults(func=run_holm)
+
+
+def _maybe_p(text: str) -> float | None:
+    return None if text.strip() in ("-", "none") else real(0, 1)(text)
+
+
+def run_two_look(args: argparse.Namespace) -> int:
+    p = two_look(args.p6, args.p9)
+    if args.json:
+        print_json({"p6": args.p6, "p9": args.p9, "p_seq": p})
+    else:
+        show = ["-" if v is None else f"{v:.8g}" for v in (args.p6, args.p9)]
+        print(f"p_seq = min(1, 2 min(p6 = {show[0]}, p9 = {show[1]})) = {p:.8g}")
+    return 0
 
 
 def run(args: argparse.Namespace) -> int:
@@ -69,10 +99,10 @@ def format_contrast(name: str, r: PairedContrast, interaction: bool) -> str:
         ("effect 100(exp(mean d) - 1)", f"{r.effect_pct:+.4f} %"),
         (f"{pct:g}% paired-t interval (df {r.n - 1})",
          f"[{r.ci_pct[0]:+.4f}, {r.ci_pct[1]:+.4f}] %"),
-        (f"exact sign-flip p (2^{r.n} assignments)", f"{r.sign_flip_p:.8g}"),
+        (f"exact sign-flip p, {r.test_scale} scale (2^{r.n})", f"{r.sign_flip_p:.8g}"),
     ]
     return "\n".join([f"contrast {name}: n = {r.n} paired seeds"]
-                     + [f"  {label:<38}{value}" for label, value in rows])
+                     + [f"  {label:<44}{value}" for label, value in rows])
 
 
 def run_contrast(args: argparse.Namespace) -> int:
@@ -85,7 +115,7 @@ def run_contrast(args: argparse.Namespace) -> int:
         arm(table, args.num), arm(table, args.den),
         minus_num=arm(table, args.minus_num) if interaction else None,
         minus_den=arm(table, args.minus_den) if interaction else None,
-        level=level,
+        level=level, test_scale=args.test_scale,
     )
     if args.json:
         print_json({"contrast": _name(args), **result.as_dict()})

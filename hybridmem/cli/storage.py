@@ -7,7 +7,7 @@ from math import floor
 from typing import Any
 
 from hybridmem.budget import check_fraction, parse_size
-from hybridmem.cli.common import add_model_args, model_units, print_json
+from hybridmem.cli.common import add_model_args, count, model_units, print_json
 from hybridmem.errors import HybridMemError
 from hybridmem.storage import (
     SHARED_ORGS,
@@ -22,6 +22,8 @@ from hybridmem.storage import (
 )
 from hybridmem.units import Units
 
+MAX_OBJECTS = 1 << 40  # objects or slabs: far past any budget, small enough for exact bytes
+
 HELP = "storage of a state mix under each organization, or ideal capacity of a budget"
 
 
@@ -32,10 +34,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--capacity/--mix for eq. (A8)/(D2) capacities.",
     )
     add_model_args(p)
-    p.add_argument("--attention", type=int, metavar="XA",
+    p.add_argument("--attention", type=count(0, MAX_OBJECTS), metavar="XA",
                    help="512-token attention objects (D0 covers the same tokens in 16-token units)")
-    p.add_argument("--recurrent", type=int, metavar="XR", help="recurrent checkpoints")
-    p.add_argument("--slabs", type=int, metavar="M",
+    p.add_argument("--recurrent", type=count(0, MAX_OBJECTS), metavar="XR",
+                   help="recurrent checkpoints")
+    p.add_argument("--slabs", type=count(0, MAX_OBJECTS), metavar="M",
                    help="S2 slabs allocated (default: ideal ceil(XR / slots per slab))")
     p.add_argument("--capacity", metavar="SIZE", help="budget for ideal capacity, e.g. 100MiB")
     p.add_argument("--mix", metavar="A,R", help="one mix unit: A attention objects, R checkpoints")
@@ -79,9 +82,12 @@ def _pair(text: str, flag: str, parse: Any) -> tuple[Any, Any]:
 
 
 def _count(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise ValueError(f"{value} is negative")
+    raw = text.strip()
+    if len(raw) > 15 or not raw.isdigit():
+        raise ValueError(f"{raw[:20]!r} is not a count in [0, {MAX_OBJECTS:,}]")
+    value = int(raw)
+    if value > MAX_OBJECTS:
+        raise ValueError(f"{value:,} is over {MAX_OBJECTS:,}")
     return value
 
 

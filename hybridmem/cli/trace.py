@@ -5,10 +5,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from hybridmem.cli.common import print_json
+from hybridmem.cli.common import count, out_path, print_json
 from hybridmem.errors import HybridMemError
 
 HELP = "verify, export, summarize or benchmark a binary event trace"
+MAX_BENCH_EVENTS = 5_000_000  # the bench holds every event and its arguments in memory (~1 KB)
 VERIFY_EXIT = {True: 0, False: 1}  # unreadable input raises TraceError -> exit 2
 
 
@@ -32,15 +33,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "travels in the output's metadata.")
     e.add_argument("path", metavar="PATH")
     out = e.add_mutually_exclusive_group(required=True)
-    out.add_argument("--parquet", metavar="OUT", help="Parquet event table (tracer/FORMAT.md)")
-    out.add_argument("--perfetto", metavar="OUT",
+    out.add_argument("--parquet", type=out_path(), metavar="OUT",
+                     help="Parquet event table (tracer/FORMAT.md)")
+    out.add_argument("--perfetto", type=out_path(), metavar="OUT",
                      help="Chrome/Perfetto JSON timeline, one track per request")
     e.set_defaults(func=run_export)
 
     s = tsub.add_parser("stats", help="event counts by kind and by request, time span")
     s.add_argument("path", metavar="PATH")
     s.add_argument("--json", action="store_true", help="print one JSON object")
-    s.add_argument("--top", type=int, default=10, metavar="N",
+    s.add_argument("--top", type=count(0, 1_000_000), default=10, metavar="N",
                    help="requests listed in the text output (default 10)")
     s.set_defaults(func=run_stats)
 
@@ -48,10 +50,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         description="Write a synthetic but realistic trace of N events and "
                         "print the writer's cost per event with tracing enabled and disabled "
                         "(fastest of --repeats loops).")
-    b.add_argument("--events", type=int, default=200_000, metavar="N",
-                   help="events to write (default 200000)")
-    b.add_argument("--out", metavar="PATH", help="trace to write (default: a temporary file)")
-    b.add_argument("--repeats", type=int, default=3, metavar="R",
+    b.add_argument("--events", type=count(1, MAX_BENCH_EVENTS), default=200_000, metavar="N",
+                   help=f"events to write (default 200000, at most {MAX_BENCH_EVENTS:,}: the "
+                   "benchmark holds its events in memory)")
+    b.add_argument("--out", type=out_path(), metavar="PATH",
+                   help="trace to write (default: a temporary file)")
+    b.add_argument("--repeats", type=count(1, 100), default=3, metavar="R",
                    help="timed loops per figure; the fastest is reported (default 3)")
     b.add_argument("--json", action="store_true", help="print one JSON object")
     b.set_defaults(func=run_bench)
@@ -100,8 +104,17 @@ def run_stats(args: argparse.Namespace) -> int:
 
 
 def run_bench(args: argparse.Namespace) -> int:
+    from hybridmem.outputs import check_output
     from tracer.bench import run_bench as bench
+    from tracer.format import MAGIC
 
+    if args.out is not None:
+        out = check_output(args.out, what="--out")
+        if out.exists():  # only ever replace an earlier benchmark trace, never a foreign file
+            with open(out, "rb") as fh:
+                if fh.read(len(MAGIC)) != MAGIC:
+                    raise HybridMemError(f"--out {args.out!r} exists and is not a hybridmem "
+                                         "trace; refusing to overwrite it")
     if args.events < 1:
         raise HybridMemError(f"--events must be >= 1, got {args.events}")
     if args.repeats < 1:

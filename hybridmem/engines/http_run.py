@@ -39,6 +39,7 @@ from typing import Any
 from hybridmem.engines.run_results import RequestRecord, RunResult, summarize, write_run
 from hybridmem.engines.vllm_run import RunConfig, prepare_run
 from hybridmem.engines.vllm_server import SERVED_NAME, ServerSettings, VllmServer
+from hybridmem.names import ENV_TRACE, ENV_TRACE_META
 from hybridmem.workload import WorkloadRequest
 
 SERVER_LOG = "server.log"
@@ -161,11 +162,11 @@ def _server_env(cfg: RunConfig, trace_path: Path | None) -> dict[str, str]:
     root = str(Path(hybridmem.__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
     env.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)  # the server runs its engine core apart
-    for k in ("HYBRIDMEM_TRACE", "HYBRIDMEM_TRACE_META"):
+    for k in (ENV_TRACE, ENV_TRACE_META):
         env.pop(k, None)
     if trace_path is not None:
-        env["HYBRIDMEM_TRACE"] = str(trace_path)
-        env["HYBRIDMEM_TRACE_META"] = json.dumps(
+        env[ENV_TRACE] = str(trace_path)
+        env[ENV_TRACE_META] = json.dumps(
             {"seed": cfg.seed, "driver": "http",
              "workload": {"requests": cfg.requests, "rate": cfg.rate, "share": cfg.share,
                           "isolate": cfg.isolate}})
@@ -232,9 +233,6 @@ def run_serving_http(cfg: RunConfig, progress: bool = True, start_timeout: float
                           - preempt0)
         rc = server.stop()
     ledger = time.perf_counter() - t0
-    if trace_path is not None and not trace_path.exists():
-        jsonl = trace_path.with_suffix(".jsonl")  # the sink's fallback format
-        trace_path = jsonl if jsonl.exists() else trace_path
     if trace_path is not None and trace_path.exists():
         _engine_ids_from_trace(trace_path, records)
     failed = [r for r in records.values() if r.error]

@@ -22,6 +22,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from hybridmem.outputs import atomic_output, write_text_atomic
 from hybridmem.workload import WorkloadRequest
 
 SUMMARY_KEYS = (
@@ -105,6 +106,23 @@ def _verdict(trace_path: Path | None) -> dict[str, Any] | None:
     return verify_trace(trace_path)
 
 
+RESULTS_FILE = "results.parquet"
+SUMMARY_FILE = "summary.json"
+
+
+def clear_previous_outputs(out: Path) -> list[Path]:
+    """Remove a previous run's summary and results from ``out`` before a run starts, so a run
+    killed midway never leaves an old summary (claiming an accepted trace) beside this run's
+    truncated trace. Returns what was removed."""
+    removed = []
+    for name in (SUMMARY_FILE, RESULTS_FILE):
+        p = out / name
+        if p.is_file():
+            p.unlink()
+            removed.append(p)
+    return removed
+
+
 def write_results(records: dict[str, RequestRecord], path: Path) -> Path:
     """``results.parquet``: one row per request, in workload order."""
     import pyarrow as pa
@@ -128,14 +146,17 @@ def write_results(records: dict[str, RequestRecord], path: Path) -> Path:
         "cached_tokens": [r.cached_tokens for r in recs],
         "output_token_ids": pa.array([r.token_ids for r in recs], type=pa.list_(pa.int32())),
     })
-    pq.write_table(table, path)
+    with atomic_output(path, what="results") as tmp:
+        pq.write_table(table, tmp)
     return path
 
 
 def write_run(out: Path, summary: dict[str, Any], records: dict[str, RequestRecord],
               manifest: Path) -> RunResult:
-    """Write results.parquet and summary.json into ``out``."""
-    results = write_results(records, out / "results.parquet")
-    summary_path = out / "summary.json"
-    summary_path.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    """Write results.parquet, then summary.json (last: its presence means the run finished),
+    each atomically."""
+    results = write_results(records, out / RESULTS_FILE)
+    summary_path = out / SUMMARY_FILE
+    write_text_atomic(summary_path, json.dumps(summary, indent=2, sort_keys=True) + "\n",
+                      what="summary")
     return RunResult(summary, results, summary_path, manifest)

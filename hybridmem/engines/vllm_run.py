@@ -40,6 +40,7 @@ from hybridmem.engines.run_results import (  # noqa: F401  (SUMMARY_KEYS: re-exp
     SUMMARY_KEYS,
     RequestRecord,
     RunResult,
+    clear_previous_outputs,
     summarize,
     write_run,
 )
@@ -83,6 +84,14 @@ class RunConfig:
             raise ValueError(f"max_model_len must be >= 64 tokens, got {self.max_model_len}")
         if self.kv_blocks is not None and self.kv_blocks < 2:
             raise ValueError(f"kv_blocks must be >= 2, got {self.kv_blocks}")
+        for name, value, hi in (("requests", self.requests, 100_000),
+                                ("seed", self.seed, 2**32 - 1), ("cap", self.cap, 4096),
+                                ("max_model_len", self.max_model_len, 1 << 20),
+                                ("kv_blocks", self.kv_blocks or 0, 1 << 16)):
+            if value > hi:  # past these vLLM fails after the engine started (issue 14)
+                raise ValueError(f"{name} must be <= {hi:,}, got {value:,}")
+        if not math.isfinite(self.rate):
+            raise ValueError(f"rate must be finite, got {self.rate}")
 
 
 def vocab_size(model: Path) -> int:
@@ -114,13 +123,13 @@ def prepare_run(cfg: RunConfig) -> tuple[Path, Workload, Path, Path, Path | None
     workload = make_requests(cfg, vocab_size(model))
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
+    clear_previous_outputs(out)  # a killed re-run leaves no old summary beside a new trace
     manifest = workload.save_manifest(out / "workload.json")
     trace_path: Path | None = None
     if cfg.trace_dir is not None:
         Path(cfg.trace_dir).mkdir(parents=True, exist_ok=True)
         trace_path = Path(cfg.trace_dir) / TRACE_FILE
-        for stale in (trace_path, trace_path.with_suffix(".jsonl")):
-            stale.unlink(missing_ok=True)
+        trace_path.unlink(missing_ok=True)
     return model, workload, out, manifest, trace_path
 
 

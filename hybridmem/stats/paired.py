@@ -12,8 +12,14 @@ Estimands (§4.1, App. B.5, G.4). For seed ``s`` and arms ``num``/``den``::
     sign_flip_p       = exact two-sided sign-flip p of d over all 2^n assignments
 
 ``mean_relative_pct`` is what the paper displays for Q1-Q6 ("means of within-seed ratios");
-``effect_pct`` and its interval are the Q9 log-space estimand (eq. G3, G4); tests always use
-``d``. For a simple contrast ``effect_pct`` equals the ratio of the arms' geometric means.
+``effect_pct`` and its interval are the Q9 log-space estimand (eq. G3, G4). For a simple
+contrast ``effect_pct`` equals the ratio of the arms' geometric means.
+
+The sign-flip test runs on the scale the family states (SPEC §8, ``test_scale``)::
+
+    "log"       d(s)                          the 22-test extension family (default)
+    "relative"  100 (num_s / den_s - 1)       the original five comparisons (App. B.5);
+                [interaction: the seedwise pp differences]   log ratios are their sensitivity
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from hybridmem.stats.signflip import sign_flip_p
 from hybridmem.stats.tdist import t_quantile
 
 SeedValues = Mapping[int, float]
+TEST_SCALES = ("log", "relative")
 
 
 class TInterval(NamedTuple):
@@ -54,6 +61,7 @@ class PairedContrast(NamedTuple):
     ci_pct: tuple[float, float]
     level: float
     sign_flip_p: float
+    test_scale: str = "log"
 
     def as_dict(self) -> dict[str, object]:
         """The JSON contract of ``hybridmem stats contrast --json`` (plus level and seeds)."""
@@ -63,6 +71,7 @@ class PairedContrast(NamedTuple):
             "effect_pct": self.effect_pct,
             "ci_pct": [self.ci_pct[0], self.ci_pct[1]],
             "sign_flip_p": self.sign_flip_p,
+            "test_scale": self.test_scale,
             "level": self.level,
             "seeds": list(self.seeds),
         }
@@ -120,9 +129,13 @@ def log_ratios(num: SeedValues, den: SeedValues, seeds: Iterable[int]) -> np.nda
 
 
 def contrast(num: SeedValues, den: SeedValues, *, minus_num: SeedValues | None = None,
-             minus_den: SeedValues | None = None, level: float = 0.95) -> PairedContrast:
-    """Seed-paired contrast ``num/den``, or the interaction ``(num/den)/(minus_num/minus_den)``."""
+             minus_den: SeedValues | None = None, level: float = 0.95,
+             test_scale: str = "log") -> PairedContrast:
+    """Seed-paired contrast ``num/den``, or the interaction ``(num/den)/(minus_num/minus_den)``;
+    the sign-flip p on ``test_scale`` (``"log"`` or ``"relative"``)."""
     level = check_level(level)
+    if test_scale not in TEST_SCALES:
+        raise StatsError(f"test scale must be one of {TEST_SCALES}, got {test_scale!r}")
     if (minus_num is None) != (minus_den is None):
         raise StatsError("an interaction needs both minus_num and minus_den")
     arms: dict[str, SeedValues] = {"num": num, "den": den}
@@ -144,7 +157,8 @@ def contrast(num: SeedValues, den: SeedValues, *, minus_num: SeedValues | None =
         effect_pct=100.0 * math.expm1(ci.mean),
         ci_pct=(100.0 * math.expm1(ci.low), 100.0 * math.expm1(ci.high)),
         level=level,
-        sign_flip_p=sign_flip_p(d),
+        sign_flip_p=sign_flip_p(d if test_scale == "log" else rel),
+        test_scale=test_scale,
     )
 
 

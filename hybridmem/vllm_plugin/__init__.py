@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import os
 
+from hybridmem.names import ENV_TRACE
 from hybridmem.vllm_plugin import cpu_fix, org_geometry, org_state
 
-TRACE_ENV = "HYBRIDMEM_TRACE"
+TRACE_ENV = ENV_TRACE
 
 
 def register() -> None:

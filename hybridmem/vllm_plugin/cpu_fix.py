@@ -21,7 +21,9 @@ import os
 from dataclasses import replace
 from typing import Any
 
-DISABLE_ENV = "HYBRIDMEM_CPU_PREFIX_FIX"
+from hybridmem.names import ENV_CPU_PREFIX_FIX
+
+DISABLE_ENV = ENV_CPU_PREFIX_FIX
 _MARK = "_hybridmem_cpu_prefix_fix"
 
 

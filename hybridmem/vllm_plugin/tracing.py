@@ -64,9 +64,10 @@ from typing import Any
 
 from hybridmem.engines.trace_sink import Sink, open_sink
 from hybridmem.events import Cause, Event, EventKind, Outcome, StateKind, hash64
+from hybridmem.names import ENV_TRACE, ENV_TRACE_META
 
-TRACE_ENV = "HYBRIDMEM_TRACE"
-META_ENV = "HYBRIDMEM_TRACE_META"  # JSON object merged into the trace metadata
+TRACE_ENV = ENV_TRACE
+META_ENV = ENV_TRACE_META  # JSON object merged into the trace metadata
 _MARK = "_hybridmem_trace_init"
 TRACER_ATTR = "_hybridmem_tracer"
 

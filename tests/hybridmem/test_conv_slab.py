@@ -7,18 +7,18 @@ from hybridmem.conv_slab import NO_LINE, SlabTable, SlotRef, decode_line, encode
 
 def test_line_ids_use_the_real_page_id():
     # page 7 as a slab: lines 112 .. 127; line 0 (page 0 slot 0) is a valid location
-    assert encode_line(7, 0) == 112 and encode_line(7, 15) == 127
-    assert decode_line(127) == SlotRef(7, 15)
-    assert decode_line(0) == SlotRef(0, 0)
+    assert encode_line(7, 0, 16) == 112 and encode_line(7, 15, 16) == 127
+    assert decode_line(127, 16) == SlotRef(7, 15)
+    assert decode_line(0, 16) == SlotRef(0, 0)
 
 
 def test_sentinel_is_never_decoded():
     assert NO_LINE < 0
-    assert decode_line(NO_LINE) is None
-    with pytest.raises(ValueError, match="got page -1 slot 0"):
-        encode_line(-1, 0)
+    assert decode_line(NO_LINE, 16) is None
+    with pytest.raises(ValueError, match="page id must be >= 0"):
+        encode_line(-1, 0, 16)
     with pytest.raises(ValueError, match="0 <= slot < 16"):
-        encode_line(0, 16)
+        encode_line(0, 16, 16)
 
 
 def test_slab_table_places_and_clears():

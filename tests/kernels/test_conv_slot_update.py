@@ -55,13 +55,13 @@ def make_inputs(batch: int, dtype: torch.dtype, gen: torch.Generator):
 
 def test_line_ids_encode_page_and_slot():
     # page 2, slot 3 -> 16 * 2 + 3 = 35; page ids are real ids, 0 is a valid page
-    assert encode_line(2, 3) == 35
-    assert decode_line(35) == (2, 3)
-    assert encode_line(0, 0) == 0 and decode_line(0) == (0, 0)
+    assert encode_line(2, 3, 16) == 35
+    assert decode_line(35, 16) == (2, 3)
+    assert encode_line(0, 0, 16) == 0 and decode_line(0, 16) == (0, 0)
     with pytest.raises(ValueError, match="sentinel"):
-        decode_line(NO_LINE)
+        decode_line(NO_LINE, 16)
     with pytest.raises(ValueError, match="0 <= slot < 16"):
-        encode_line(1, 16)
+        encode_line(1, 16, 16)
     pages = torch.arange(3 * 64, dtype=torch.float32).view(3, 64)
     lines = slab_lines(pages, 16)
     # line 35 = page 2 slot 3 = elements [2 * 64 + 3 * 4, ... + 4)

@@ -94,5 +94,7 @@ def test_bench_json(capsys, tmp_path):
 
 
 def test_bench_rejects_bad_count(capsys):
-    code, _, err = run_cli(capsys, "trace", "bench", "--events", "0")
-    assert code == 2 and "--events" in err
+    with pytest.raises(SystemExit) as exc:  # refused by the parser, before any work
+        main(["trace", "bench", "--events", "0"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "--events" in err and err.count("\n") == 1

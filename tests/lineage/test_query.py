@@ -1,0 +1,71 @@
+"""``lineage query`` is read-only (issue 14, item 3): one statement, no file access from SQL
+unless --allow-files, a statement timeout, and never a write over its input."""
+
+import pyarrow.parquet as pq
+import pytest
+
+from hybridmem.cli.main import main
+from lineage.table import events_to_table
+
+from .helpers import S2, adopt, enter, pub
+
+EVENTS = [pub(1, 1), pub(2, 1, rec=True), enter("a", 2, [1], [2]), adopt("a", 4, 0)]
+
+
+@pytest.fixture()
+def table(tmp_path):
+    path = tmp_path / "run.parquet"
+    pq.write_table(events_to_table(EVENTS, S2), path)
+    return path
+
+
+def q(capsys, *argv):
+    code = main(["lineage", "query", *map(str, argv)])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_select_runs_and_streams_rows(table, capsys):
+    code, out, err = q(capsys, table, "--sql", "SELECT range AS i FROM range(25000)")
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0] == "i" and len(lines) == 25001 and lines[-1] == "24999"
+
+
+@pytest.mark.parametrize("sql", [
+    "COPY (SELECT 1) TO '{dir}/x.csv'", "INSTALL httpfs", "LOAD httpfs",
+    "ATTACH '{dir}/x.db'", "CREATE TABLE t AS SELECT 1", "DROP VIEW episode_lineage",
+    "SET enable_external_access = true", "PRAGMA version", "SELECT 1; SELECT 2",
+])
+def test_refused_statements(table, capsys, sql):
+    code, _, err = q(capsys, table, "--sql", sql.format(dir=table.parent))
+    assert code == 2 and ("not allowed" in err or "exactly one statement" in err), err
+    assert not (table.parent / "x.csv").exists() and not (table.parent / "x.db").exists()
+
+
+def test_no_file_access_from_sql_unless_allowed(table, capsys, tmp_path):
+    csv = tmp_path / "other.csv"
+    csv.write_text("a\n1\n")
+    code, _, err = q(capsys, table, "--sql", f"SELECT * FROM read_csv('{csv}')")
+    assert code == 2 and ("external access" in err.lower() or "disabled" in err.lower()), err
+    # negative control: the same statement with --allow-files reads the file
+    code, out, err = q(capsys, table, "--allow-files", "--sql", f"SELECT * FROM read_csv('{csv}')")
+    assert code == 0 and out.splitlines() == ["a", "1"], err
+
+
+def test_copy_with_allow_files_never_over_the_input(table, capsys, tmp_path):
+    before = table.read_bytes()
+    code, _, err = q(capsys, table, "--allow-files", "--sql",
+                     f"COPY (SELECT 1 AS x) TO '{table}' (FORMAT csv)")
+    assert code == 2 and "overwrite the input" in err
+    assert table.read_bytes() == before
+    out_csv = tmp_path / "out.csv"  # negative control: another target is written
+    code, _, err = q(capsys, table, "--allow-files", "--sql",
+                     f"COPY (SELECT 1 AS x) TO '{out_csv}' (FORMAT csv)")
+    assert code == 0 and out_csv.read_text().splitlines() == ["x", "1"], err
+
+
+def test_statement_timeout(table, capsys):
+    code, _, err = q(capsys, table, "--timeout", "0.3", "--sql",
+                     "SELECT count(*) FROM range(100000000000) a")
+    assert code == 2 and "timeout" in err, err
