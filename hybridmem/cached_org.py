@@ -406,6 +406,8 @@ class CachedOrganization(Organization):
         return AllocationResult(True, need, avail)
 
     def _emit_allocation(self, req: RequestState, need: Need, avail: Need, ok: bool) -> None:
+        if not self._emitting:
+            return
         outcome = Outcome.OK if ok else Outcome.REJECTED
         common = {"request_id": req.request_id, "preemption_count": req.preemptions,
                   "requester": req.request_id, "outcome": outcome}
@@ -504,11 +506,12 @@ class CachedOrganization(Organization):
 
     def _lose_ckpt(self, ck: Checkpoint, cause: Cause, requester: str) -> None:
         key = ck.key
-        fields = self._ckpt_fields(ck)
         del self.rec_index[key]
         self.demand.pop(key, None)
         ck.key = 0
-        self._emit(EventKind.LOSS, hash=key, cause=cause, requester=requester, **fields)
+        if self._emitting:
+            self._emit(EventKind.LOSS, hash=key, cause=cause, requester=requester,
+                       **self._ckpt_fields(ck))
         pool = self._ckpt_pool()
         held = bool(ck.holders) or ck.ident in self.pins
         if not held and self.placement == ConvPlacement.SLOT:
@@ -575,16 +578,18 @@ class CachedOrganization(Organization):
                 pool.hold(p)
             self.demand.setdefault(key, set()).add(request_id)  # owner registration
             published.append(key)
-            self._emit(EventKind.PUBLICATION, request_id=request_id,
-                       preemption_count=req.preemptions, hash=key, **self._ckpt_fields(ck))
+            if emitting:
+                self._emit(EventKind.PUBLICATION, request_id=request_id,
+                           preemption_count=req.preemptions, hash=key, **self._ckpt_fields(ck))
         return published
 
     # == release, retention, pinning ===========================================================
     def _release_ckpts(self, req: RequestState, cks: list[Checkpoint], cause: Cause) -> None:
         for ck in cks:
-            self._emit(EventKind.RELEASE, request_id=req.request_id,
-                       preemption_count=req.preemptions, hash=ck.key, cause=cause,
-                       **self._ckpt_fields(ck))
+            if self._emitting:
+                self._emit(EventKind.RELEASE, request_id=req.request_id,
+                           preemption_count=req.preemptions, hash=ck.key, cause=cause,
+                           **self._ckpt_fields(ck))
             req.retained.discard(ck.ident)
         self._ckpt_unref(cks, req.request_id)
 
