@@ -34,8 +34,9 @@ forms:
   hybridmem lineage import-vllm STREAM OUT.parquet [--block-size N]
       convert a file of vLLM KVEventBatch msgpack payloads into an event table.
 
-exit status: 0 when SQL and the scalar replay agree on every episode of every run, 1 when
-they do not, 2 for bad input (one line on stderr)."""
+exit status: 0 when SQL and the scalar replay agree on every replayed episode of every run
+(--replay: a deterministic sample of 2,000 requests by default, 'all', or 'off'; the report
+prints the scope), 1 when they do not, 2 for bad input (one line on stderr)."""
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -50,6 +51,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="write class bars per run and a J_enter vs J_adopt scatter")
     p.add_argument("--sql", metavar="SQL", default=None, help="the statement for 'query'")
     p.add_argument("--private", action="store_true", help="'views': also list private views")
+    p.add_argument("--replay", default="2000", metavar="N|all|off",
+                   help="scalar replay check: the episodes of a deterministic sample of N "
+                   "requests (default 2000), of every request ('all'), or none ('off'); the "
+                   "report prints the scope")
     p.add_argument("--block-size", type=int, default=None, metavar="N",
                    help="'import-vllm': tokens per block when the stream does not say")
     p.set_defaults(func=run)
@@ -121,14 +126,16 @@ def _report(args: argparse.Namespace) -> int:
 
     if not args.args:
         raise HybridMemError("give at least one PATH (or 'query' / 'views' / 'import-vllm')")
+    replay_n = _replay_arg(args.replay)
     # open (and verify) every input first, so a bad one fails before any work is printed
     runs = [open_run(path, allow_unverified=args.allow_unverified) for path in args.args]
     reports = []
     for path, run_ in zip(args.args, runs, strict=True):
         _progress(f"lineage: {path}: {run_.table.num_rows:,} events ...")
-        rep = analyse(run_)
+        rep = analyse(run_, with_replay=replay_n != 0, replay_requests=replay_n or None)
         _progress(f"lineage: {path}: {rep.summary['episodes']:,} episodes, SQL "
-                  f"{rep.sql_seconds:.2f} s, replay {rep.replay_seconds:.2f} s")
+                  f"{rep.sql_seconds:.2f} s, replay {rep.replay_seconds:.2f} s "
+                  f"({rep.replay_scope})")
         reports.append(rep)
         if args.json:
             print(json.dumps(to_json(rep), default=str))
@@ -138,6 +145,22 @@ def _report(args: argparse.Namespace) -> int:
         plot(reports, args.plot)
         _progress(f"lineage: plot written to {args.plot}")
     return 0 if all(r.agreement.complete for r in reports) else 1
+
+
+def _replay_arg(text: str) -> int | None:
+    """``--replay``: None = every request, 0 = off, N >= 1 = a sample of N requests."""
+    if text == "all":
+        return None
+    if text == "off":
+        return 0
+    try:
+        n = int(text)
+    except ValueError:
+        n = -1
+    if not 1 <= n <= 10**9:
+        raise HybridMemError(f"--replay must be a request count >= 1, 'all' or 'off', got "
+                             f"{text!r}")
+    return n
 
 
 def run(args: argparse.Namespace) -> int:
