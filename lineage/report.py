@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import pyarrow as pa
+
 from lineage import views
 from lineage.replay import Agreement, compare, episode_requests, replay, sample_requests
 from lineage.source import Run
@@ -56,33 +58,42 @@ def analyse(run: Run, *, with_replay: bool = True,
         raise ValueError(f"replay_requests must be >= 1 or None (all), got {replay_requests}")
     t0 = time.perf_counter()
     con = views.connect(run.table, run.meta, source=run.path, materialize=True)
-    lineage_rows = _rows(con, "SELECT * FROM episode_lineage")
+    # Only what is printed or compared leaves DuckDB: the three plotted columns of classified
+    # episodes (Arrow, no Python rows), and full rows only for the replayed episodes below.
+    pts = con.sql("SELECT j_enter, j_adopt, class FROM episode_lineage "
+                  "WHERE class IS NOT NULL").to_arrow_table()
+    points = list(zip(pts.column(0).to_pylist(), pts.column(1).to_pylist(),
+                      pts.column(2).to_pylist(), strict=True))
     summary = _rows(con, "SELECT * FROM run_summary")[0]
     checks = _rows(con, "SELECT * FROM table_checks")[0]
     classes: dict[str, dict[str, tuple[int, float | None]]] = {}
     for r in _rows(con, "SELECT * FROM class_counts ORDER BY scope, class_order"):
         classes.setdefault(r["scope"], {})[r["class"]] = (int(r["episodes"]), r["fraction"])
     causes = _rows(con, "SELECT * FROM loss_causes ORDER BY losses DESC, cause, state_kind")
-    con.close()
     t1 = time.perf_counter()
     scope, counts = "off", (0, 0)
+    agreement = Agreement(0, 0, 0, ())
     if with_replay:
         ids = episode_requests(run.table)
         if replay_requests is None or replay_requests >= len(ids):
-            agreement = compare(lineage_rows, replay(run.table, run.meta, source=run.path))
+            rows = _rows(con, "SELECT * FROM episode_lineage")
+            sql_s = time.perf_counter() - t1
+            agreement = compare(rows, replay(run.table, run.meta, source=run.path))
             scope, counts = f"all {len(ids):,} requests", (len(ids), len(ids))
         else:
             chosen = sample_requests(ids, replay_requests)
-            agreement = compare(lineage_rows, replay(run.table, run.meta, source=run.path,
-                                                     requests=chosen), requests=chosen)
+            con.register("_replayed", pa.table({"request_id": sorted(chosen)}))
+            rows = _rows(con, "SELECT * FROM episode_lineage "
+                              "WHERE request_id IN (SELECT request_id FROM _replayed)")
+            sql_s = time.perf_counter() - t1
+            agreement = compare(rows, replay(run.table, run.meta, source=run.path,
+                                             requests=chosen), requests=chosen)
             scope = (f"sample of {len(chosen):,} of {len(ids):,} requests (smallest CRC-32 of "
                      "the id; every episode of each)")
             counts = (len(chosen), len(ids))
-    else:
-        agreement = Agreement(0, 0, 0, ())
+        t1 += sql_s  # fetching the compared rows is SQL time
+    con.close()
     t2 = time.perf_counter()
-    points = [(int(r["j_enter"]), int(r["j_adopt"]), str(r["class"]))
-              for r in lineage_rows if r["class"] is not None]
     return RunReport(run, summary, checks, classes, causes, agreement, scope, counts, points,
                      t1 - t0, t2 - t1)
 

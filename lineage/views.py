@@ -127,6 +127,12 @@ def connect(table: pa.Table, meta: RunMeta | None = None, *, source: str = "tabl
         con.execute("SET threads = ?", [threads])
     if memory_limit is not None:  # e.g. "6GB"; DuckDB spills to disk beyond it
         con.execute("SET memory_limit = ?", [memory_limit])
+    if materialize:
+        # Tables built here are read by key, never in insertion order (every view that needs an
+        # order says ORDER BY / OVER (ORDER BY ...)): dropping the guarantee lets DuckDB build
+        # them in parallel without re-sorting (~20-30% less CPU over 1M events). Ad-hoc
+        # connections (``lineage query``) keep the default.
+        con.execute("SET preserve_insertion_order = false")
     con.register("_events_arrow", table)
     if copy:
         con.execute(f"CREATE TABLE {EVENTS} AS SELECT * FROM _events_arrow")
