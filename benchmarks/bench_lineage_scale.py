@@ -60,7 +60,7 @@ def child(paths: list[str], work: Path, memory_limit: str) -> dict[str, object]:
     t0 = time.perf_counter()
     con = views.connect_parquet(paths, database=str(db), memory_limit=memory_limit,
                                 temp_directory=str(spill))
-    events = con.sql("SELECT count(*) FROM events").fetchone()[0]  # type: ignore[index]
+    events = con.execute("SELECT count(*) FROM events").fetchall()[0][0]
     summary = con.sql("SELECT episodes, classified_episodes, shallower_episodes, "
                       "shallower_with_other_request_loss FROM run_summary").fetchall()[0]
     con.sql("SELECT * FROM class_counts").fetchall()
