@@ -179,6 +179,28 @@ def vllm_mix(prompts: list[list[int]], num_blocks: int,
     return run
 
 
+def profile(name: str, model: str, budget: str, requests: int) -> int:
+    """Where one organization's mix spends its time: cProfile on the thread's CPU clock (other
+    tenants' load does not land on random functions), by own time, top 15."""
+    import cProfile
+    import pstats
+
+    if name not in ORGANIZATIONS:
+        print(f"--profile {name!r}: choose from {', '.join(ORGANIZATIONS)}", file=sys.stderr)
+        return 2
+    units = derive_units(load_geometry(model))
+    prompts = workload(requests)
+    prof = cProfile.Profile(time.thread_time_ns, 1e-9)
+    prof.enable()
+    run_mix(name, units, budget, prompts, NullObserver())
+    prof.disable()
+    stats = pstats.Stats(prof)
+    print(f"{name}: {requests} requests, profiled CPU {stats.total_tt:.3f} s "
+          "(profiler overhead included)")
+    stats.sort_stats("tottime").print_stats(15)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("--budget", default="b63")
@@ -187,7 +209,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", default="falcon-h1-7b")
     ap.add_argument("--orgs", default=",".join(ORGANIZATIONS),
                     help="comma-separated organizations (default: all)")
+    ap.add_argument("--profile", metavar="ORG", default=None,
+                    help="instead: cProfile one run of ORG's mix (thread CPU clock), top 15")
     args = ap.parse_args(argv)
+    if args.profile is not None:
+        return profile(args.profile, args.model, args.budget, args.requests)
     names = [n for n in args.orgs.split(",") if n]
     bad = [n for n in names if n not in ORGANIZATIONS]
     if bad or not names or args.requests < 1 or args.repeat < 1:
