@@ -1,6 +1,17 @@
 """Allocator throughput: operations per second for one fixed operation mix per organization.
 
-    PYTHONPATH=. python benchmarks/bench_allocator.py [--budget b63] [--requests 300] [--repeat 3]
+    PYTHONPATH=. python -O benchmarks/bench_allocator.py [--budget b63] [--requests 300]
+                                                         [--repeat 5] [--orgs S0,S1,S2,D0]
+    PYTHONPATH=. python benchmarks/bench_allocator.py ...     (the same with invariant checks on)
+
+Invariant checks are the organizations' ``assert`` statements (reference-count, ownership and
+free-page checks inside every transition); ``python -O`` strips them ("checks off", the
+production setting), a plain ``python`` keeps them ("checks on"). The header line says which.
+``check_integrity()`` runs once after every timed mix either way.
+
+Every round times each organization and the vLLM rows once, interleaved, so all rows of a round
+saw the same machine load; the table gives the fastest round and the ratio columns the median
+over rounds of the within-round ratio.
 
 The mix is a small serving loop over a deterministic workload (seeded): 8 shared contexts,
 prompts of 1,000-6,000 tokens (about 60% shared prefix), at most 8 requests running. Per request:
@@ -12,14 +23,18 @@ allocations reclaim LRU cached storage (with invalidation); every 25 requests an
 is counted in a separate run with a recording observer.
 
 If vLLM is importable, the same mix (allocate, publish, lookup, adopt, release, reclaim) runs on
-``vllm.v1.core.block_pool.BlockPool`` with 512-token blocks and the ratio is printed. vLLM is not
-part of the hybridmem environment; without it that row says so and nothing is estimated.
+``vllm.v1.core.block_pool.BlockPool`` with 512-token blocks (S0-S2's attention grid, pool of S2's
+page count) and again with 16-token blocks (D0's attention grid and vLLM's default block size,
+pool of D0's attention unit count): 32 times more blocks, hashes and publications per request,
+as D0 has. ``vs vLLM`` compares with the 512-token row, ``vs vLLM@grid`` with the row at the
+organization's own attention grid. Without vLLM those rows say so and nothing is estimated.
 """
 
 from __future__ import annotations
 
 import argparse
 import random
+import statistics
 import sys
 import time
 from collections import Counter
@@ -104,18 +119,10 @@ def run_mix(name: str, units: Units, budget: str, prompts: list[list[int]],
     return ops
 
 
-def timed(fn: Callable[[], int], repeat: int) -> tuple[int, float]:
-    best = float("inf")
-    ops = 0
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        ops = fn()
-        best = min(best, time.perf_counter() - t0)
-    return ops, best
-
-
-def vllm_mix(prompts: list[list[int]], num_blocks: int) -> tuple[int, float] | str:
-    """The same mix on vLLM's BlockPool; a string says why it did not run."""
+def vllm_mix(prompts: list[list[int]], num_blocks: int,
+             block_tokens: int = CHUNK) -> Callable[[], int] | str:
+    """The same mix on vLLM's BlockPool with ``block_tokens``-token blocks: a callable that runs
+    it once and returns its operation count, or a string that says why it cannot run."""
     try:
         from vllm.v1.core import block_pool as vbp
     except ImportError as exc:
@@ -128,7 +135,7 @@ def vllm_mix(prompts: list[list[int]], num_blocks: int) -> tuple[int, float] | s
     params = inspect.signature(vbp.BlockPool).parameters
     kwargs: dict[str, Any] = {"num_gpu_blocks": num_blocks, "enable_caching": True}
     if "hash_block_size" in params:
-        kwargs["hash_block_size"] = CHUNK
+        kwargs["hash_block_size"] = block_tokens
     pool = vbp.BlockPool(**kwargs)
     touch_takes_tuple = "tuple" in str(inspect.signature(pool.touch))  # newer vLLM: per group
     published: dict[bytes, tuple[Any, int]] = {}  # key -> (block, allocation generation)
@@ -139,7 +146,7 @@ def vllm_mix(prompts: list[list[int]], num_blocks: int) -> tuple[int, float] | s
         published.clear()
         for prompt in prompts:  # sequential: lookup, adopt (touch), allocate, publish, free
             keys = [k.to_bytes(8, "big") for k in
-                    hash_chain(StateKind.ATTENTION, prompt, CHUNK)]
+                    hash_chain(StateKind.ATTENTION, prompt, block_tokens)]
             hit = []
             for key in keys:
                 entry = published.get(key)
@@ -149,7 +156,7 @@ def vllm_mix(prompts: list[list[int]], num_blocks: int) -> tuple[int, float] | s
             ops += 1
             pool.touch((hit,) if touch_takes_tuple else hit)
             ops += 1
-            need = -(-len(prompt) // CHUNK) - len(hit)
+            need = -(-len(prompt) // block_tokens) - len(hit)
             if need > pool.get_num_free_blocks():
                 pool.free_blocks(hit)
                 ops += 1
@@ -166,49 +173,113 @@ def vllm_mix(prompts: list[list[int]], num_blocks: int) -> tuple[int, float] | s
         return ops
 
     try:
-        return timed(run, 1)
+        run()  # once untimed: checks the adapter against this vLLM's API
     except (TypeError, AttributeError) as exc:  # an API this adapter does not know
         return f"not run: vLLM BlockPool API differs from the adapter ({exc})"
+    return run
+
+
+def profile(name: str, model: str, budget: str, requests: int) -> int:
+    """Where one organization's mix spends its time: cProfile on the thread's CPU clock (other
+    tenants' load does not land on random functions), by own time, top 15."""
+    import cProfile
+    import pstats
+
+    if name not in ORGANIZATIONS:
+        print(f"--profile {name!r}: choose from {', '.join(ORGANIZATIONS)}", file=sys.stderr)
+        return 2
+    units = derive_units(load_geometry(model))
+    prompts = workload(requests)
+    prof = cProfile.Profile(time.thread_time_ns, 1e-9)
+    prof.enable()
+    run_mix(name, units, budget, prompts, NullObserver())
+    prof.disable()
+    stats = pstats.Stats(prof)
+    print(f"{name}: {requests} requests, profiled CPU {stats.total_tt:.3f} s "
+          "(profiler overhead included)")
+    stats.sort_stats("tottime").print_stats(15)
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("--budget", default="b63")
     ap.add_argument("--requests", type=int, default=300)
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=5, help="interleaved rounds (default 5)")
     ap.add_argument("--model", default="falcon-h1-7b")
+    ap.add_argument("--orgs", default=",".join(ORGANIZATIONS),
+                    help="comma-separated organizations (default: all)")
+    ap.add_argument("--profile", metavar="ORG", default=None,
+                    help="instead: cProfile one run of ORG's mix (thread CPU clock), top 15")
     args = ap.parse_args(argv)
+    if args.profile is not None:
+        return profile(args.profile, args.model, args.budget, args.requests)
+    names = [n for n in args.orgs.split(",") if n]
+    bad = [n for n in names if n not in ORGANIZATIONS]
+    if bad or not names or args.requests < 1 or args.repeat < 1:
+        print(f"bad --orgs {args.orgs!r} (choose from {', '.join(ORGANIZATIONS)}), --requests "
+              f"{args.requests} or --repeat {args.repeat}", file=sys.stderr)
+        return 2
     units = derive_units(load_geometry(args.model))
     prompts = workload(args.requests)
+    plan = plan_budget(units, parse_budget(args.budget, units))
     print(f"model {args.model}, budget {args.budget}, {args.requests} requests, "
-          f"{sum(map(len, prompts))} prompt tokens, best of {args.repeat}", file=sys.stderr)
-    rows = []
-    for name in ORGANIZATIONS:
+          f"{sum(map(len, prompts))} prompt tokens, {args.repeat} interleaved rounds, invariant "
+          f"checks {'ON (asserts active)' if __debug__ else 'OFF (python -O)'}", file=sys.stderr)
+    grids = {n: (units.d0_attn_tokens if n == "D0" else CHUNK) for n in names}
+    mixes: dict[str, tuple[int, int, int, int]] = {}
+    for name in names:
         rec = RecordingObserver()
         run_mix(name, units, args.budget, prompts, rec)
         mix = Counter(e.kind for e in rec.events)
         hits = sum(1 for e in rec.events if e.kind == EventKind.ADOPTION and e.depth)
-        def once(name: str = name) -> int:
-            return run_mix(name, units, args.budget, prompts, NullObserver())
+        mixes[name] = (mix[EventKind.PUBLICATION], mix[EventKind.LOSS], hits,
+                       sum(mix.values()))
+    runs: dict[str, Callable[[], int]] = {
+        n: (lambda n=n: run_mix(n, units, args.budget, prompts, NullObserver())) for n in names}
+    vllm_rows: dict[int, str] = {}
+    for tokens in sorted(set(grids.values()), reverse=True):
+        blocks = plan.s2.pages if tokens == CHUNK else plan.d0.attention_units
+        got = vllm_mix(prompts, blocks, tokens)
+        label = f"vLLM@{tokens}"
+        if isinstance(got, str):
+            vllm_rows[tokens] = got
+        else:
+            runs[label] = got
+            vllm_rows[tokens] = label
+    times: dict[str, list[float]] = {k: [] for k in runs}
+    ops: dict[str, int] = {}
+    for r in range(args.repeat):
+        for key, fn in runs.items():
+            t0 = time.perf_counter()
+            ops[key] = fn()
+            times[key].append(time.perf_counter() - t0)
+        print(f"  round {r + 1} of {args.repeat}: " + ", ".join(
+            f"{k} {ops[k] / times[k][-1]:.0f}" for k in runs) + " ops/s", file=sys.stderr)
 
-        ops, secs = timed(once, args.repeat)
-        rows.append((name, ops, secs, mix[EventKind.PUBLICATION], mix[EventKind.LOSS], hits,
-                     mix[EventKind.PREEMPTION] + sum(1 for e in rec.events
-                                                     if e.kind == EventKind.PIN)))
-        print(f"  {name} done", file=sys.stderr)
-    print(f"{'org':<5}{'ops':>8}{'seconds':>10}{'ops/s':>10}{'us/op':>8}"
-          f"{'publications':>14}{'losses':>8}{'hits':>6}")
-    for name, ops, secs, pubs, losses, hits, _ in rows:
-        print(f"{name:<5}{ops:>8}{secs:>10.3f}{ops / secs:>10.0f}{1e6 * secs / ops:>8.1f}"
-              f"{pubs:>14}{losses:>8}{hits:>6}")
-    plan = plan_budget(units, parse_budget(args.budget, units))
-    result = vllm_mix(prompts, plan.s2.pages)
-    if isinstance(result, str):
-        print(f"vLLM BlockPool: {result}")
-    else:
-        ops, secs = result
-        print(f"vLLM BlockPool (512-token blocks, attention only): {ops / secs:.0f} ops/s; "
-              + ", ".join(f"{n}/vLLM {(o / s) / (ops / secs):.2f}" for n, o, s, *_ in rows))
+    def rate(key: str, i: int | None = None) -> float:
+        return ops[key] / (min(times[key]) if i is None else times[key][i])
+
+    def ratio(name: str, ref: str) -> str:
+        if ref not in runs:
+            return "-"
+        med = statistics.median(rate(name, i) / rate(ref, i) for i in range(args.repeat))
+        return f"{med:.2f}"
+
+    ref512 = vllm_rows.get(CHUNK, "")
+    print(f"{'org':<9}{'ops':>8}{'seconds':>10}{'ops/s':>10}{'us/op':>8}{'events':>9}"
+          f"{'publications':>14}{'losses':>8}{'hits':>6}{'vs vLLM':>9}{'vs vLLM@grid':>14}")
+    for key in runs:
+        secs = min(times[key])
+        line = f"{key:<9}{ops[key]:>8}{secs:>10.3f}{rate(key):>10.0f}{1e6 * secs / ops[key]:>8.1f}"
+        if key in mixes:
+            pubs, losses, hits, n_events = mixes[key]
+            line += (f"{n_events:>9}{pubs:>14}{losses:>8}{hits:>6}{ratio(key, ref512):>9}"
+                     f"{ratio(key, vllm_rows.get(grids[key], '')):>14}")
+        print(line)
+    for tokens, row in vllm_rows.items():
+        if row not in runs:
+            print(f"vLLM BlockPool @{tokens} tokens: {row}")
     return 0
 
 

@@ -69,27 +69,32 @@ def _suffix(col: pa.ChunkedArray, k: int) -> pa.Array:
     return pc.if_else(pc.equal(arr, ""), arr, tagged)
 
 
+def tile_copy(table: pa.Table, k: int, steps: int | None = None) -> pa.Table:
+    """Copy ``k`` of a run: seq and step shifted past copies 0..k-1, hashes XORed with a
+    per-copy salt (0 stays 0), request ids suffixed, so copies share nothing."""
+    n = table.num_rows
+    if steps is None:
+        steps = pc.max(table.column("step")).as_py() + 1
+    salt = (k * 0x9E3779B97F4A7C15) & ((1 << 64) - 1)
+    t = table
+    cols = {
+        "seq": pc.add(t.column("seq"), k * n),
+        "step": pc.add(t.column("step"), k * steps),
+        "hash": _xor_hashes(t.column("hash"), salt),
+        "chain": _xor_lists(t.column("chain"), salt),
+        "recurrent_chain": _xor_lists(t.column("recurrent_chain"), salt),
+        "request_id": _suffix(t.column("request_id"), k),
+        "requester": _suffix(t.column("requester"), k),
+    }
+    for name, col in cols.items():
+        t = t.set_column(t.column_names.index(name), t.schema.field(name), col)
+    return t
+
+
 def tile(table: pa.Table, copies: int) -> pa.Table:
     """``copies`` independent copies of a run, one after another."""
-    n = table.num_rows
     steps = pc.max(table.column("step")).as_py() + 1
-    parts = []
-    for k in range(copies):
-        salt = (k * 0x9E3779B97F4A7C15) & ((1 << 64) - 1)
-        t = table
-        cols = {
-            "seq": pc.add(t.column("seq"), k * n),
-            "step": pc.add(t.column("step"), k * steps),
-            "hash": _xor_hashes(t.column("hash"), salt),
-            "chain": _xor_lists(t.column("chain"), salt),
-            "recurrent_chain": _xor_lists(t.column("recurrent_chain"), salt),
-            "request_id": _suffix(t.column("request_id"), k),
-            "requester": _suffix(t.column("requester"), k),
-        }
-        for name, col in cols.items():
-            t = t.set_column(t.column_names.index(name), t.schema.field(name), col)
-        parts.append(t)
-    return pa.concat_tables(parts).combine_chunks()
+    return pa.concat_tables([tile_copy(table, k, steps) for k in range(copies)]).combine_chunks()
 
 
 def measure(table: pa.Table, with_replay: bool, memory_limit: str) -> dict[str, object]:

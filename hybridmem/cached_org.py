@@ -49,7 +49,7 @@ RETENTION_K = 2  # producer-side retention demand threshold (Q8/Q9)
 PIN_THRESHOLDS = {"Roff": None, "R0": 3, "R1": 2, "R2": 1}  # App. B.2 distinct-requester K
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Block:
     """One attention unit (512 tokens shared, 16 tokens D0) on one page of ``pool``."""
 
@@ -388,12 +388,17 @@ class CachedOrganization(Organization):
         else:
             self._make_free(apool, need.attention, request_id)
             self._make_free(rpool, need.recurrent, request_id)
-        for _ in range(n_blocks):
-            page = apool.take()
-            blk = Block(apool, page, (len(req.blocks) + 1) * self.attention_grid, 0, {request_id})
-            self.owner[apool.name][page] = blk
-            self.live_blocks.add(blk)
-            req.blocks.append(blk)
+        if n_blocks:
+            take, owners, live = apool.take, self.owner[apool.name], self.live_blocks
+            blocks, ga = req.blocks, self.attention_grid
+            depth = len(blocks) * ga
+            for _ in range(n_blocks):
+                page = take()
+                depth += ga
+                blk = Block(apool, page, depth, 0, {request_id})
+                owners[page] = blk
+                live.add(blk)
+                blocks.append(blk)
         for b in bounds:
             ck = self._new_checkpoint(rpool, b, request_id)
             self.live_ckpts[ck.ident] = ck
@@ -402,6 +407,8 @@ class CachedOrganization(Organization):
         return AllocationResult(True, need, avail)
 
     def _emit_allocation(self, req: RequestState, need: Need, avail: Need, ok: bool) -> None:
+        if not self._emitting:
+            return
         outcome = Outcome.OK if ok else Outcome.REJECTED
         common = {"request_id": req.request_id, "preemption_count": req.preemptions,
                   "requester": req.request_id, "outcome": outcome}
@@ -442,11 +449,13 @@ class CachedOrganization(Organization):
 
     # == reclaim and invalidation ==============================================================
     def _make_free(self, pool: PagePool, need: int, requester: str) -> None:
-        while pool.num_free < need:
-            page = pool.oldest_cached()
+        free = pool._free  # read-only here: the pool's own methods change it
+        oldest, reclaim = pool.oldest_cached, self._reclaim
+        while len(free) < need:
+            page = oldest()
             assert page is not None, f"pool {pool.name}: {pool.num_free} free, need {need}, " \
                 "nothing cached; this indicates can_allocate and allocate disagree"
-            self._reclaim(pool, page, Cause.ALLOCATION, requester)
+            reclaim(pool, page, Cause.ALLOCATION, requester)
 
     def _detach(self, pool: PagePool, page: int) -> list[Block | Checkpoint]:
         """Cut ``page`` out of every entry stored on it; return those entries.
@@ -475,32 +484,35 @@ class CachedOrganization(Organization):
     def _reclaim(self, pool: PagePool, page: int, cause: Cause, requester: str) -> None:
         """Free the cached ``page``: detach it, invalidate every entry that is no longer
         complete, and only then let the pool hand the page out again."""
-        slab = self.slabs is not None and self.owner[pool.name][page] == "slab"
+        owners = self.owner[pool.name]
+        slab = self.slabs is not None and owners[page] == "slab"
         for entry in self._detach(pool, page):
             if isinstance(entry, Block):
                 self._lose_block(entry, cause, requester)
             elif not self._complete(entry):
                 self._lose_ckpt(entry, Cause.SLAB_RECLAIM if slab else cause, requester)
         pool.reclaim(page)
-        self.owner[pool.name][page] = None
+        owners[page] = None
 
     def _lose_block(self, blk: Block, cause: Cause, requester: str) -> None:
         key = blk.key
         del self.attn_index[key]
         blk.key = 0
-        self._emit(EventKind.LOSS, hash=key, depth=blk.depth, state_kind=StateKind.ATTENTION,
-                   page=blk.page, cause=cause, requester=requester)
+        if self._emitting:
+            self._emit(EventKind.LOSS, hash=key, depth=blk.depth, state_kind=StateKind.ATTENTION,
+                       page=blk.page, cause=cause, requester=requester)
         blk.pool.unhold(blk.page)
         if not blk.holders:
             self._forget_block(blk)
 
     def _lose_ckpt(self, ck: Checkpoint, cause: Cause, requester: str) -> None:
         key = ck.key
-        fields = self._ckpt_fields(ck)
         del self.rec_index[key]
         self.demand.pop(key, None)
         ck.key = 0
-        self._emit(EventKind.LOSS, hash=key, cause=cause, requester=requester, **fields)
+        if self._emitting:
+            self._emit(EventKind.LOSS, hash=key, cause=cause, requester=requester,
+                       **self._ckpt_fields(ck))
         pool = self._ckpt_pool()
         held = bool(ck.holders) or ck.ident in self.pins
         if not held and self.placement == ConvPlacement.SLOT:
@@ -535,21 +547,24 @@ class CachedOrganization(Organization):
         if num_computed > len(req.tokens):
             raise ValueError(f"request {request_id!r}: {num_computed} computed tokens but only "
                              f"{len(req.tokens)} known")
-        req.computed = max(req.computed, num_computed)
+        req.computed = computed = max(req.computed, num_computed)
         published = []
-        for i, blk in enumerate(req.blocks):
-            if blk.depth > req.computed:
+        attn_index, emitting = self.attn_index, self._emitting
+        # Block i ends at (i + 1) g_a; every block that can pass the depth test covers a full
+        # chunk, so it has a key: zip stops where the chain does only after that test fails.
+        for blk, key in zip(req.blocks, req.attn_chain, strict=False):
+            if blk.depth > computed:
                 break
-            key = req.attn_chain[i]
-            if blk.key or key in self.attn_index:
+            if blk.key or key in attn_index:
                 continue  # already discoverable (adopted or another request's copy)
             blk.key = key
-            self.attn_index[key] = blk
+            attn_index[key] = blk
             blk.pool.hold(blk.page)
             published.append(key)
-            self._emit(EventKind.PUBLICATION, request_id=request_id,
-                       preemption_count=req.preemptions, hash=key, depth=blk.depth,
-                       state_kind=StateKind.ATTENTION, page=blk.page)
+            if emitting:
+                self._emit(EventKind.PUBLICATION, request_id=request_id,
+                           preemption_count=req.preemptions, hash=key, depth=blk.depth,
+                           state_kind=StateKind.ATTENTION, page=blk.page)
         pool = self._ckpt_pool()
         for b, ck in sorted(req.ckpts.items()):
             if b > req.computed:
@@ -564,16 +579,18 @@ class CachedOrganization(Organization):
                 pool.hold(p)
             self.demand.setdefault(key, set()).add(request_id)  # owner registration
             published.append(key)
-            self._emit(EventKind.PUBLICATION, request_id=request_id,
-                       preemption_count=req.preemptions, hash=key, **self._ckpt_fields(ck))
+            if emitting:
+                self._emit(EventKind.PUBLICATION, request_id=request_id,
+                           preemption_count=req.preemptions, hash=key, **self._ckpt_fields(ck))
         return published
 
     # == release, retention, pinning ===========================================================
     def _release_ckpts(self, req: RequestState, cks: list[Checkpoint], cause: Cause) -> None:
         for ck in cks:
-            self._emit(EventKind.RELEASE, request_id=req.request_id,
-                       preemption_count=req.preemptions, hash=ck.key, cause=cause,
-                       **self._ckpt_fields(ck))
+            if self._emitting:
+                self._emit(EventKind.RELEASE, request_id=req.request_id,
+                           preemption_count=req.preemptions, hash=ck.key, cause=cause,
+                           **self._ckpt_fields(ck))
             req.retained.discard(ck.ident)
         self._ckpt_unref(cks, req.request_id)
 
@@ -607,12 +624,15 @@ class CachedOrganization(Organization):
         """Drop every execution reference, deepest first (so deeper entries are older in LRU)."""
         self._release_ckpts(req, [req.ckpts.pop(b) for b in sorted(req.ckpts, reverse=True)],
                             cause)
-        while req.blocks:
-            blk = req.blocks.pop()
-            self._emit(EventKind.RELEASE, request_id=req.request_id,
-                       preemption_count=req.preemptions, hash=blk.key, depth=blk.depth,
-                       state_kind=StateKind.ATTENTION, page=blk.page, cause=cause)
-            self._block_unref(blk, req.request_id)
+        blocks, rid, emitting, unref = req.blocks, req.request_id, self._emitting, \
+            self._block_unref
+        while blocks:
+            blk = blocks.pop()
+            if emitting:
+                self._emit(EventKind.RELEASE, request_id=rid, preemption_count=req.preemptions,
+                           hash=blk.key, depth=blk.depth, state_kind=StateKind.ATTENTION,
+                           page=blk.page, cause=cause)
+            unref(blk, rid)
         req.ckpt_top = req.computed = 0
         req.retained.clear()
 

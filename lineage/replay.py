@@ -22,11 +22,13 @@ computes them with set operations instead of this walk.
 
 from __future__ import annotations
 
+import zlib
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 
 import pyarrow as pa
+import pyarrow.compute as pac
 
 from lineage.table import RunMeta, check_columns, table_meta
 
@@ -266,10 +268,57 @@ def _columns(table: pa.Table) -> dict[str, list]:
     return {n: t.column(n).to_pylist() for n in names}
 
 
-def replay(table: pa.Table, meta: RunMeta | None = None, *, source: str = "table") -> Replay:
-    """Replay every episode of ``table`` (an event table with the shared columns)."""
+def episode_requests(table: pa.Table) -> list[str]:
+    """Every request id with a waiting entry or an adoption (the replay's episodes' ids)."""
+    kinds = table.column("kind")
+    rows = pac.or_(pac.equal(kinds, "waiting_entry"), pac.equal(kinds, "adoption"))
+    ids = pac.unique(pac.filter(table.column("request_id"), rows)).to_pylist()
+    return [r for r in ids if r]
+
+
+def sample_requests(request_ids: Iterable[str], limit: int) -> frozenset[str]:
+    """A deterministic sample of at most ``limit`` request ids: those with the smallest CRC-32
+    of their UTF-8 bytes (ties by id). Independent of table order, the same on every run."""
+    if limit < 1:
+        raise ValueError(f"sample limit must be >= 1, got {limit}")
+    ranked = sorted(request_ids, key=lambda r: (zlib.crc32(r.encode()), r))
+    return frozenset(ranked[:limit])
+
+
+def restrict(table: pa.Table, requests: Collection[str]) -> pa.Table:
+    """The rows the replay of ``requests``' episodes reads, with vectorized filters: their
+    waiting entries and adoptions, and every publication or loss of an entry on one of their
+    chains. Replaying this table gives each of those episodes exactly what the whole table
+    gives it: an episode's state depends only on its own rows and its chains' entries."""
+    kinds = table.column("kind")
+    wanted = pa.array(sorted(requests), pa.string())
+    own = pac.and_(pac.or_(pac.equal(kinds, "waiting_entry"), pac.equal(kinds, "adoption")),
+                  pac.is_in(table.column("request_id"), value_set=wanted))
+    mine = table.filter(own)
+
+    def keys(col: str) -> pa.Array:
+        values = pac.list_flatten(mine.column(col))
+        return pac.unique(values.combine_chunks() if isinstance(values, pa.ChunkedArray)
+                         else values)
+
+    sk, h = table.column("state_kind"), table.column("hash")
+    supply = pac.and_(
+        pac.or_(pac.equal(kinds, "publication"), pac.equal(kinds, "loss")),
+        pac.or_(pac.and_(pac.equal(sk, "attention"), pac.is_in(h, value_set=keys("chain"))),
+               pac.and_(pac.equal(sk, "recurrent"),
+                       pac.is_in(h, value_set=keys("recurrent_chain")))))
+    return table.filter(pac.or_(own, pac.fill_null(supply, False)))
+
+
+def replay(table: pa.Table, meta: RunMeta | None = None, *, source: str = "table",
+           requests: Collection[str] | None = None) -> Replay:
+    """Replay every episode of ``table`` (an event table with the shared columns), or only the
+    episodes of ``requests`` (then over :func:`restrict`'s rows; ``publications`` and
+    ``losses`` then count only the entries of their chains)."""
     check_columns(table, source)
     meta = meta if meta is not None else table_meta(table, source)
+    if requests is not None:
+        table = restrict(table, requests)
     w = _Walker(meta)
     c = _columns(table)
     history: dict[Key, list[tuple[int, int, bool, str]]] = {}  # key -> [(step, seq, pub, rid)]
@@ -366,10 +415,12 @@ class Agreement:
         return self.agree == self.episodes == self.details_agree
 
 
-def compare(sql_rows: Iterable[dict[str, object]], rep: Replay, keep: int = 10) -> Agreement:
-    """Compare ``episode_lineage`` rows with the replay, episode by episode."""
+def compare(sql_rows: Iterable[dict[str, object]], rep: Replay, keep: int = 10,
+            requests: Collection[str] | None = None) -> Agreement:
+    """Compare ``episode_lineage`` rows with the replay, episode by episode (only the episodes
+    of ``requests`` when given: a sampled replay)."""
     sql_by_key = {(str(r["request_id"]), int(r["preemption_count"])): r  # type: ignore[call-overload]
-                  for r in sql_rows}
+                  for r in sql_rows if requests is None or r["request_id"] in requests}
     keys = set(sql_by_key) | set(rep.episodes)
     agree = details = 0
     bad: list[tuple[str, int, str, object, object]] = []

@@ -13,11 +13,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import pyarrow as pa
+
 from lineage import views
-from lineage.replay import Agreement, compare, replay
+from lineage.replay import Agreement, compare, episode_requests, replay, sample_requests
 from lineage.source import Run
 
 CLASSES = ("zero->zero", "positive-equal", "zero->positive", "deeper", "shallower")
+
+# Requests whose episodes the default replay checks: the replay walks Python objects (~10 us an
+# event), so a whole 1M-event run would take longer than its SQL; a deterministic sample of the
+# requests (all their episodes, over only the rows those episodes read) keeps it to a fraction
+# of a second. ``replay_requests=None`` replays everything.
+REPLAY_SAMPLE = 2_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +36,8 @@ class RunReport:
     classes: dict[str, dict[str, tuple[int, float | None]]]  # scope -> class -> (n, fraction)
     loss_causes: list[dict[str, Any]]
     agreement: Agreement
+    replay_scope: str  # "all N requests", "sample of k of N requests ...", or "off"
+    replay_requests: tuple[int, int]  # (requests replayed, requests with episodes)
     points: list[tuple[int, int, str]]  # (J_enter, J_adopt, class) of classified episodes
     sql_seconds: float
     replay_seconds: float
@@ -39,26 +49,53 @@ def _rows(con: Any, sql: str) -> list[dict[str, Any]]:
     return [dict(zip(cols, r, strict=True)) for r in rel.fetchall()]
 
 
-def analyse(run: Run, *, with_replay: bool = True) -> RunReport:
+def analyse(run: Run, *, with_replay: bool = True,
+            replay_requests: int | None = REPLAY_SAMPLE) -> RunReport:
+    """SQL report of ``run`` checked against the scalar replay: of every episode when
+    ``replay_requests`` is None or at least the run's request count, else of the episodes of a
+    deterministic sample of that many requests (:func:`lineage.replay.sample_requests`)."""
+    if replay_requests is not None and replay_requests < 1:
+        raise ValueError(f"replay_requests must be >= 1 or None (all), got {replay_requests}")
     t0 = time.perf_counter()
     con = views.connect(run.table, run.meta, source=run.path, materialize=True)
-    lineage_rows = _rows(con, "SELECT * FROM episode_lineage")
+    # Only what is printed or compared leaves DuckDB: the three plotted columns of classified
+    # episodes (Arrow, no Python rows), and full rows only for the replayed episodes below.
+    pts = con.sql("SELECT j_enter, j_adopt, class FROM episode_lineage "
+                  "WHERE class IS NOT NULL").to_arrow_table()
+    points = list(zip(pts.column(0).to_pylist(), pts.column(1).to_pylist(),
+                      pts.column(2).to_pylist(), strict=True))
     summary = _rows(con, "SELECT * FROM run_summary")[0]
     checks = _rows(con, "SELECT * FROM table_checks")[0]
     classes: dict[str, dict[str, tuple[int, float | None]]] = {}
     for r in _rows(con, "SELECT * FROM class_counts ORDER BY scope, class_order"):
         classes.setdefault(r["scope"], {})[r["class"]] = (int(r["episodes"]), r["fraction"])
     causes = _rows(con, "SELECT * FROM loss_causes ORDER BY losses DESC, cause, state_kind")
-    con.close()
     t1 = time.perf_counter()
+    scope, counts = "off", (0, 0)
+    agreement = Agreement(0, 0, 0, ())
     if with_replay:
-        agreement = compare(lineage_rows, replay(run.table, run.meta, source=run.path))
-    else:
-        agreement = Agreement(0, 0, 0, ())
+        ids = episode_requests(run.table)
+        if replay_requests is None or replay_requests >= len(ids):
+            rows = _rows(con, "SELECT * FROM episode_lineage")
+            sql_s = time.perf_counter() - t1
+            agreement = compare(rows, replay(run.table, run.meta, source=run.path))
+            scope, counts = f"all {len(ids):,} requests", (len(ids), len(ids))
+        else:
+            chosen = sample_requests(ids, replay_requests)
+            con.register("_replayed", pa.table({"request_id": sorted(chosen)}))
+            rows = _rows(con, "SELECT * FROM episode_lineage "
+                              "WHERE request_id IN (SELECT request_id FROM _replayed)")
+            sql_s = time.perf_counter() - t1
+            agreement = compare(rows, replay(run.table, run.meta, source=run.path,
+                                             requests=chosen), requests=chosen)
+            scope = (f"sample of {len(chosen):,} of {len(ids):,} requests (smallest CRC-32 of "
+                     "the id; every episode of each)")
+            counts = (len(chosen), len(ids))
+        t1 += sql_s  # fetching the compared rows is SQL time
+    con.close()
     t2 = time.perf_counter()
-    points = [(int(r["j_enter"]), int(r["j_adopt"]), str(r["class"]))
-              for r in lineage_rows if r["class"] is not None]
-    return RunReport(run, summary, checks, classes, causes, agreement, points, t1 - t0, t2 - t1)
+    return RunReport(run, summary, checks, classes, causes, agreement, scope, counts, points,
+                     t1 - t0, t2 - t1)
 
 
 def to_json(rep: RunReport) -> dict[str, Any]:
@@ -95,7 +132,10 @@ def to_json(rep: RunReport) -> dict[str, Any]:
                    "depth_decreasing_losses": int(s["depth_decreasing_losses"])},
         "loss_causes": rep.loss_causes,
         "table_checks": rep.checks,
-        "replay_agreement": {"episodes": a.episodes, "agree": a.agree,
+        "replay_agreement": {"scope": rep.replay_scope,
+                             "requests_replayed": rep.replay_requests[0],
+                             "requests": rep.replay_requests[1],
+                             "episodes": a.episodes, "agree": a.agree,
                              "details_agree": a.details_agree,
                              "disagreements": [list(d) for d in a.disagreements]},
         "seconds": {"sql": round(rep.sql_seconds, 3), "replay": round(rep.replay_seconds, 3)},
@@ -139,9 +179,13 @@ def format_text(rep: RunReport) -> str:
                f"gaps {ck['seq_gaps']}, duplicate seqs {ck['duplicate_seqs']}, end records "
                f"{ck['end_records']}, supply step regressions {ck['supply_step_regressions']}")
     a = rep.agreement
-    line = (f"  SQL vs replay: {a.agree}/{a.episodes} episodes agree on J_enter and J_adopt; "
-            f"{a.details_agree}/{a.episodes} on every field")
-    out.append(line + ("" if a.complete else "  <-- DISAGREEMENT"))
+    if rep.replay_scope == "off":
+        out.append("  SQL vs replay: not checked (replay off)")
+    else:
+        line = (f"  SQL vs replay: {a.agree}/{a.episodes} episodes agree on J_enter and "
+                f"J_adopt; {a.details_agree}/{a.episodes} on every field "
+                f"[replay scope: {rep.replay_scope}]")
+        out.append(line + ("" if a.complete else "  <-- DISAGREEMENT"))
     for d in a.disagreements:
         out.append(f"    {d[0]} #{d[1]} {d[2]}: sql {d[3]!r} replay {d[4]!r}")
     out.append(f"  time: SQL {rep.sql_seconds:.2f} s, replay {rep.replay_seconds:.2f} s")

@@ -107,6 +107,25 @@ def create_views(con: duckdb.DuckDBPyConnection, meta: RunMeta,
                     con.execute(st.query)
 
 
+def _settings(con: duckdb.DuckDBPyConnection, *, materialize: bool, threads: int | None,
+              memory_limit: str | None, temp_directory: str | None) -> None:
+    # The cardinality of the chain side is often estimated far too low; DuckDB then turns an
+    # ASOF join into a nested loop over every (entry, history) pair (minutes instead of ms).
+    con.execute("SET asof_loop_join_threshold = 0")
+    if threads is not None:
+        con.execute("SET threads = ?", [threads])
+    if memory_limit is not None:  # e.g. "6GB"; DuckDB spills to disk beyond it
+        con.execute("SET memory_limit = ?", [memory_limit])
+    if temp_directory is not None:  # where it spills
+        con.execute("SET temp_directory = ?", [temp_directory])
+    if materialize:
+        # Tables built here are read by key, never in insertion order (every view that needs an
+        # order says ORDER BY / OVER (ORDER BY ...)): dropping the guarantee lets DuckDB build
+        # them in parallel without re-sorting (~20-30% less CPU over 1M events). Ad-hoc
+        # connections (``lineage query``) keep the default.
+        con.execute("SET preserve_insertion_order = false")
+
+
 def connect(table: pa.Table, meta: RunMeta | None = None, *, source: str = "table",
             copy: bool = True, materialize: bool = False, threads: int | None = None,
             memory_limit: str | None = None) -> duckdb.DuckDBPyConnection:
@@ -120,19 +139,43 @@ def connect(table: pa.Table, meta: RunMeta | None = None, *, source: str = "tabl
     check_columns(table, source)
     meta = meta if meta is not None else table_meta(table, source)
     con = duckdb.connect()
-    # The cardinality of the chain side is often estimated far too low; DuckDB then turns an
-    # ASOF join into a nested loop over every (entry, history) pair (minutes instead of ms).
-    con.execute("SET asof_loop_join_threshold = 0")
-    if threads is not None:
-        con.execute("SET threads = ?", [threads])
-    if memory_limit is not None:  # e.g. "6GB"; DuckDB spills to disk beyond it
-        con.execute("SET memory_limit = ?", [memory_limit])
+    _settings(con, materialize=materialize, threads=threads, memory_limit=memory_limit,
+              temp_directory=None)
     con.register("_events_arrow", table)
     if copy:
         con.execute(f"CREATE TABLE {EVENTS} AS SELECT * FROM _events_arrow")
         con.unregister("_events_arrow")
     else:
         con.execute(f"CREATE VIEW {EVENTS} AS SELECT * FROM _events_arrow")
+    create_views(con, meta, HEAVY if materialize else ())
+    return con
+
+
+def connect_parquet(paths: list[str], meta: RunMeta | None = None, *, database: str,
+                    memory_limit: str, temp_directory: str, materialize: bool = True,
+                    threads: int | None = None) -> duckdb.DuckDBPyConnection:
+    """Like :func:`connect`, for event tables larger than memory: the Parquet files in
+    ``paths`` (one run, e.g. written tile by tile) are read by DuckDB itself into the database
+    file ``database`` (never into Python), under ``memory_limit``, spilling to
+    ``temp_directory``. Every file must carry the event columns; ``meta`` defaults to the first
+    file's ``hybridmem.meta``.
+    """
+    import pyarrow.parquet as pq
+
+    if not paths:
+        raise ValueError("connect_parquet needs at least one Parquet file")
+    for path in paths:
+        empty = pq.read_schema(path).empty_table()
+        check_columns(empty, path)
+        if meta is None:
+            meta = table_meta(empty, path)
+    assert meta is not None
+    con = duckdb.connect(database)
+    _settings(con, materialize=materialize, threads=threads, memory_limit=memory_limit,
+              temp_directory=temp_directory)
+    columns = ", ".join(name for name in arrow_schema().names)
+    # the column list comes from tracer.schema (our own identifiers); the paths are bound
+    con.execute(f"CREATE TABLE {EVENTS} AS SELECT {columns} FROM read_parquet(?)", [paths])
     create_views(con, meta, HEAVY if materialize else ())
     return con
 

@@ -2,9 +2,20 @@
 
 Events are built before timing (an organization builds them either way). Each figure is the
 fastest of ``repeats`` timed loops over the same events, wall time divided by the event count,
-loop overhead included (``ns_loop_overhead`` gives it separately):
+loop overhead included (``ns_loop_overhead`` gives it separately). The loops run interleaved,
+one of each per round, so every figure of a round saw the same machine load:
+
+* ``floor_ns_per_event``: the floor from Python, timed in the same run: the same loop over the
+  same events packing each one's fixed 100 B record (``tracer.format.EVENT_NO_CHAIN``: its 16
+  fields read from the event, a ``time.monotonic_ns()`` stamp, a running sequence number) with
+  one ``Struct.pack_into`` into a preallocated packet buffer, nothing else (no strings, no
+  chains, no locking, no I/O);
+* ``ratio_to_floor``: ``ns_per_event_enabled / floor_ns_per_event`` (best of each);
+  ``ratio_to_floor_median`` is the median over rounds of the same ratio within one round;
 
 * ``ns_per_event_enabled``: ``writer.on_event(event)`` with the background flusher running;
+  ``cpu_ratio_to_floor`` compares the emitting thread's CPU time with the floor loop's (less
+  sensitive to other tenants than wall time);
 * ``ns_per_event_enabled_record``: the fast path ``writer.record(kind, step, ...)``;
 * ``ns_per_event_enabled_same_event``: on_event with one publication event repeated (its fields
   stay in cache, as for an event built just before it is emitted; the main figure walks 200k
@@ -27,6 +38,7 @@ from collections.abc import Callable
 from typing import Any
 
 from hybridmem.events import Event
+from tracer import format as fmt
 from tracer.synthetic import synthetic_events
 from tracer.verdict import verify
 from tracer.writer import NULL_WRITER, TraceWriter
@@ -35,10 +47,6 @@ _clock = time.perf_counter_ns
 BENCH_META = {"organization": "S2", "engine": "synthetic", "seed": 0, "budget": "b83",
               "geometry": "falcon-h1-7b", "attention_grid_tokens": 512,
               "recurrent_grid_tokens": 512}
-
-
-def _best(repeats: int, run: Callable[[], int]) -> int:
-    return min(run() for _ in range(repeats))
 
 
 def _args(e: Event) -> tuple[Any, ...]:
@@ -65,6 +73,28 @@ def run_bench(n: int, path: str | None = None, repeats: int = 3,
         for _e in events:
             pass
         return _clock() - t0
+
+    floor_cpu: list[int] = []
+
+    def loop_floor() -> int:
+        pack = fmt.EVENT_NO_CHAIN.pack_into
+        size = fmt.EVENT_NO_CHAIN.size
+        buf = bytearray(1024 * size)
+        limit = len(buf) - size
+        mono = time.monotonic_ns
+        off = seq = 0
+        c0 = time.thread_time_ns()
+        t0 = _clock()
+        for e in events:
+            if off > limit:
+                off = 0
+            pack(buf, off, e.kind, e.state_kind, e.cause, e.outcome, seq, mono(), e.step, 1, 2,
+                 e.preemption_count, e.hash, e.depth, e.page, e.line, e.need, e.free)
+            off += size
+            seq += 1
+        t = _clock() - t0
+        floor_cpu.append(time.thread_time_ns() - c0)
+        return t
 
     def loop_null() -> int:
         w = NULL_WRITER
@@ -107,31 +137,44 @@ def run_bench(n: int, path: str | None = None, repeats: int = 3,
             cpu.append((c1 - c0, time.process_time_ns() - p0))
         return t1 - t0, _clock() - t0
 
-    say("timing disabled paths")
-    empty = _best(repeats, loop_empty)
-    null = _best(repeats, loop_null)
-    guard = _best(repeats, loop_guard)
-    say("timing enabled on_event")
-    enabled = [loop_enabled(scratch, fast=False) for _ in range(repeats - 1)]
-    enabled.append(loop_enabled(out, fast=False))  # the kept trace is a full run too
-    say("timing enabled record()")
-    fast = [loop_enabled(scratch, fast=True) for _ in range(repeats)]
-    say("timing enabled on_event, one event repeated")
-    same = [loop_enabled(scratch, fast=False, same=True) for _ in range(repeats)]
+    floor: list[int] = []
+    empty: list[int] = []
+    null: list[int] = []
+    guard: list[int] = []
+    enabled: list[tuple[int, int]] = []
+    fast: list[tuple[int, int]] = []
+    same: list[tuple[int, int]] = []
+    for r in range(repeats):
+        say(f"round {r + 1} of {repeats}: floor, enabled (on_event, record, same event), "
+            "disabled")
+        floor.append(loop_floor())
+        # the last round's on_event trace is kept and verified
+        enabled.append(loop_enabled(out if r == repeats - 1 else scratch, fast=False))
+        fast.append(loop_enabled(scratch, fast=True))
+        same.append(loop_enabled(scratch, fast=False, same=True))
+        empty.append(loop_empty())
+        null.append(loop_null())
+        guard.append(loop_guard())
     os.unlink(scratch)
     say("verifying the written trace")
     verdict = verify(out)
     size = os.path.getsize(out)
+    ratios = sorted(t / f for (t, _), f in zip(enabled, floor, strict=True))
     return {
         "ns_per_event_enabled": round(min(t for t, _ in enabled) / n, 1),
-        "ns_per_event_disabled": round(null / n, 1),
+        "ns_per_event_disabled": round(min(null) / n, 1),
         "events": n,
         "path": out,
+        "floor_ns_per_event": round(min(floor) / n, 1),
+        "ratio_to_floor": round(min(t for t, _ in enabled) / min(floor), 3),
+        "ratio_to_floor_median": round(ratios[len(ratios) // 2], 3),
+        "cpu_floor_ns_per_event": round(min(floor_cpu) / n, 1),
+        "cpu_ratio_to_floor": round(min(c for c, _ in cpu) / min(floor_cpu), 3),
         "ns_per_event_enabled_record": round(min(t for t, _ in fast) / n, 1),
         "ns_per_event_enabled_same_event": round(min(t for t, _ in same) / n, 1),
         "ns_per_event_enabled_with_close": round(min(t for _, t in enabled) / n, 1),
-        "ns_per_event_disabled_guard": round(guard / n, 1),
-        "ns_loop_overhead": round(empty / n, 1),
+        "ns_per_event_disabled_guard": round(min(guard) / n, 1),
+        "ns_loop_overhead": round(min(empty) / n, 1),
         "cpu_ns_per_event_enabled_thread": round(min(c for c, _ in cpu) / n, 1),
         "cpu_ns_per_event_enabled_process": round(min(p for _, p in cpu) / n, 1),
         "repeats": repeats,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
 from typing import IO, TYPE_CHECKING, Any
 
 from hybridmem.events import Event, EventKind
@@ -35,32 +36,68 @@ def table_metadata(meta: dict[str, Any], verdict: Verdict) -> dict[bytes, bytes]
                                  sort_keys=True).encode()}
 
 
+BATCH_ROWS = 65_536  # events per Arrow record batch (and Parquet row group) when streaming
+
+
+def _batches(reader: TraceReader, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    """The recovered events as record batches of at most :data:`BATCH_ROWS` rows: only one
+    batch of Python values exists at a time."""
+    import pyarrow as pa
+
+    rows = BATCH_ROWS
+    names = [name for name, _, _ in EVENT_COLUMNS]
+    fields = names[2:]
+    cols: dict[str, list[Any]] = {name: [] for name in names}
+    n = 0
+    for seq, ts, e in reader.events():
+        cols["seq"].append(seq)
+        cols["ts_ns"].append(ts)
+        for name in fields:
+            value = getattr(e, name)
+            cols[name].append(value.name.lower() if name in _ENUM_COLUMNS else value)
+        n += 1
+        if n == rows:
+            yield pa.RecordBatch.from_pydict(cols, schema=schema)
+            cols = {name: [] for name in names}
+            n = 0
+    if n:
+        yield pa.RecordBatch.from_pydict(cols, schema=schema)
+
+
 def events_table(path: str | os.PathLike[str]) -> pa.Table:
     """Every recovered event (END included when present) as one Arrow table."""
     import pyarrow as pa
 
     reader = TraceReader(path)
-    cols: dict[str, list[Any]] = {name: [] for name, _, _ in EVENT_COLUMNS}
-    for seq, ts, e in reader.events():
-        cols["seq"].append(seq)
-        cols["ts_ns"].append(ts)
-        for name, _, _ in EVENT_COLUMNS[2:]:
-            value = getattr(e, name)
-            cols[name].append(value.name.lower() if name in _ENUM_COLUMNS else value)
-    schema = arrow_schema().with_metadata(table_metadata(reader.meta, _finish(reader)))
-    return pa.Table.from_pydict(cols, schema=schema)
+    schema = arrow_schema()
+    batches = list(_batches(reader, schema))
+    meta = table_metadata(reader.meta, _finish(reader))
+    if not batches:
+        return schema.with_metadata(meta).empty_table()
+    return pa.Table.from_batches(batches).replace_schema_metadata(meta)
 
 
 def write_parquet(path: str | os.PathLike[str], out: str | os.PathLike[str]) -> Verdict:
-    """Write the event table to ``out`` (Parquet, atomically, never over ``path``); returns the
-    trace's verdict."""
+    """Write the event table to ``out`` (Parquet), streaming: one record batch (row group) of
+    :data:`BATCH_ROWS` events in memory at a time; the run metadata with the verdict, known
+    only at the end, goes into the file footer. Written to a temporary file beside ``out`` and
+    renamed (never over ``path``), so ``out`` is never left half written. Returns the trace's
+    verdict."""
     import pyarrow.parquet as pq
 
     check_output(out, (path,), "--parquet")
-    table = events_table(path)
+    reader = TraceReader(path)
+    schema = arrow_schema()
     with atomic_output(out, (path,), "--parquet") as tmp:
-        pq.write_table(table, os.fspath(tmp))
-    return Verdict(**json.loads(table.schema.metadata[META_KEY])["verdict"])
+        # no stored Arrow schema: readers take the schema metadata from the footer key-value
+        # pairs, which can still be added after the last batch (the verdict); the Parquet
+        # types map back to exactly tracer.schema's Arrow types (tested)
+        with pq.ParquetWriter(os.fspath(tmp), schema, store_schema=False) as writer:
+            for batch in _batches(reader, schema):
+                writer.write_batch(batch)
+            verdict = _finish(reader)
+            writer.add_key_value_metadata(table_metadata(reader.meta, verdict))
+    return verdict
 
 
 # ---------------------------------------------------------------------- Perfetto / Chrome JSON

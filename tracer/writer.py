@@ -9,10 +9,20 @@ header and in END) is the only trace it leaves, and the verdict refuses the run:
 
     emitting threads                     flusher thread
     ----------------                     --------------
-    lock; pack into active buffer        wait for a sealed buffer (or flush_interval_s)
+    take token; one pack_into            wait for a sealed buffer (or flush_interval_s)
     full? seal -> sealed queue    ---->  crc32 + write packet (+ fsync if fsync="packet")
     take a free buffer           <----   give the buffer back to the free pool
     (none free: block or drop)
+
+The emitting state (active buffer, offset, sequence number, string ids) is guarded by a *token*:
+a one-element list whose ``pop()`` takes it and ``append()`` gives it back. Both are single
+atomic operations (documented as thread safe), and on CPython they cost about a third of
+``Lock.acquire()`` + ``release()``, whose argument parsing dominates a 100 B record's cost. A
+thread that finds the list empty waits in :meth:`TraceWriter._take` (short sleeps; contention is
+rare). The fast path has no other check than "no chain, not END": a string id missing from the
+dictionary (``KeyError``) or a full or closed buffer (``struct.error`` from ``pack_into``) sends
+the record to the slow path, which also validates every field before anything is committed.
+Waits (a full pool, the flusher's hand-offs) use a separate condition variable.
 
 ``close()`` (also run by ``atexit``, and after SIGTERM through ``SystemExit``) seals the last
 buffer, waits for the flusher, then writes the END record with the final counters.
@@ -50,6 +60,7 @@ CLOCK_SOURCE = "CLOCK_MONOTONIC via time.monotonic_ns(), ns"
 
 _mono = time.monotonic_ns
 _END = EventKind.END
+_NO: tuple[int, ...] = ()  # the empty tuple (a singleton): "no chain" on the fast path
 
 
 class WriterStats(NamedTuple):
@@ -103,6 +114,8 @@ class NullTraceWriter:
     enabled = False
 
     def on_event(self, event: Event) -> None:
+        # (A C-level no-op such as ``deque(maxlen=0).append`` as a class attribute measured
+        # no faster on CPython 3.11: the call site's method lookup is then not specialized.)
         return None
 
     def record(self, *args: Any, **kwargs: Any) -> None:
@@ -175,14 +188,13 @@ class TraceWriter:
         except OSError as exc:
             raise TraceError(f"cannot write trace header to {self.path!r}: {exc}") from None
 
-        # --- state guarded by _lock (emitting threads, close, flusher hand-offs) ---
-        self._lock = threading.Lock()
-        self._cond = threading.Condition(self._lock)
+        # --- state guarded by the token _tok (emitting threads, close, the periodic seal) ---
+        self._tok: list[bool] = [True]
+        self._cv = threading.Condition()  # waits and hand-offs between emitters and flusher
         self._end_lock = threading.Lock()  # one END, even if several threads call close()
         self._free = [bytearray(self._packet_bytes) for _ in range(n_buffers - 1)]
         self._buf = bytearray(self._packet_bytes)
         self._off = 0
-        self._limit = self._packet_bytes - fmt.EVENT.size  # fast path fits while off <= limit
         self._buf_first_seq = 0
         self._seq = 0
         self._dropped = 0
@@ -201,8 +213,8 @@ class TraceWriter:
         self._pid = os.getpid()
         self._pack = fmt.EVENT.pack_into
         self._pack_fast = fmt.EVENT_NO_CHAIN.pack_into
-        self._acquire = self._lock.acquire
-        self._release = self._lock.release
+        self._tok_pop = self._tok.pop
+        self._tok_push = self._tok.append
         self._flusher = threading.Thread(target=self._flush_loop, name="hybridmem-trace-flush",
                                          daemon=True)
         self._flusher.start()
@@ -220,30 +232,29 @@ class TraceWriter:
         """
         e = event
         kind = e.kind
-        ids = self._ids
-        self._acquire()  # explicit acquire/release: ~2x cheaper than ``with`` on CPython 3.11
         try:
-            rid = ids.get(e.request_id)
-            qid = ids.get(e.requester)
-            off = self._off
-            if (rid is None or qid is None or e.chain or e.recurrent_chain or off > self._limit
-                    or kind is _END):
-                self._record_slow(kind, e.step, e.request_id, e.preemption_count, e.hash,
-                                  e.depth, e.state_kind, e.page, e.line, e.cause, e.requester,
-                                  e.need, e.free, e.outcome, e.chain, e.recurrent_chain)
-                return
-            seq = self._seq
-            try:
-                self._pack_fast(self._buf, off, kind, e.state_kind, e.cause, e.outcome, seq,
-                                _mono(), e.step, rid, qid, e.preemption_count, e.hash, e.depth,
-                                e.page, e.line, e.need, e.free)
-            except struct.error as exc:
-                raise ValueError(_bad_fields(exc, kind, e.step, e.preemption_count, e.hash,
-                                             e.depth, e.page, e.line, e.need, e.free)) from None
-            self._off = off + 100
-            self._seq = seq + 1
+            self._tok_pop()
+        except IndexError:  # another thread holds the token
+            self._take()
+        try:
+            if kind is not _END and e.chain is _NO and e.recurrent_chain is _NO:
+                ids = self._ids
+                seq = self._seq
+                try:
+                    self._pack_fast(self._buf, self._off, kind, e.state_kind, e.cause,
+                                    e.outcome, seq, _mono(), e.step, ids[e.request_id],
+                                    ids[e.requester], e.preemption_count, e.hash, e.depth,
+                                    e.page, e.line, e.need, e.free)
+                    self._off += 100
+                    self._seq = seq + 1
+                    return
+                except (struct.error, KeyError):
+                    pass  # full or closed buffer, a new string, or a bad field: slow path
+            self._record_slow(kind, e.step, e.request_id, e.preemption_count, e.hash, e.depth,
+                              e.state_kind, e.page, e.line, e.cause, e.requester, e.need,
+                              e.free, e.outcome, e.chain, e.recurrent_chain)
         finally:
-            self._release()
+            self._tok_push(True)
 
     def record(self, kind: int, step: int = -1, request_id: str = "", preemption_count: int = 0,
                hash: int = 0, depth: int = 0, state_kind: int = 0, page: int = -1,
@@ -252,63 +263,85 @@ class TraceWriter:
                recurrent_chain: tuple[int, ...] = ()) -> None:
         """Fast path: the fields of :class:`Event` as arguments, no Event object needed.
         ``kind`` must not be END (END is written by :meth:`close`)."""
-        ids = self._ids
-        self._acquire()
         try:
-            rid = ids.get(request_id)
-            qid = ids.get(requester)
-            off = self._off
-            if rid is None or qid is None or chain or recurrent_chain or off > self._limit:
-                self._record_slow(kind, step, request_id, preemption_count, hash, depth,
-                                  state_kind, page, line, cause, requester, need, free,
-                                  outcome, chain, recurrent_chain)
-                return
-            seq = self._seq
-            try:
-                self._pack_fast(self._buf, off, kind, state_kind, cause, outcome, seq, _mono(),
-                                step, rid, qid, preemption_count, hash, depth, page, line, need,
-                                free)
-            except struct.error as exc:
-                raise ValueError(_bad_fields(exc, kind, step, preemption_count, hash, depth,
-                                             page, line, need, free)) from None
-            self._off = off + 100
-            self._seq = seq + 1
+            self._tok_pop()
+        except IndexError:
+            self._take()
+        try:
+            if kind is not _END and chain is _NO and recurrent_chain is _NO:
+                ids = self._ids
+                seq = self._seq
+                try:
+                    self._pack_fast(self._buf, self._off, kind, state_kind, cause, outcome, seq,
+                                    _mono(), step, ids[request_id], ids[requester],
+                                    preemption_count, hash, depth, page, line, need, free)
+                    self._off += 100
+                    self._seq = seq + 1
+                    return
+                except (struct.error, KeyError):
+                    pass
+            self._record_slow(kind, step, request_id, preemption_count, hash, depth,
+                              state_kind, page, line, cause, requester, need, free,
+                              outcome, chain, recurrent_chain)
         finally:
-            self._release()
+            self._tok_push(True)
+
+    def _take(self, timeout_s: float | None = None) -> bool:
+        """Wait for the token (another thread holds it); False when ``timeout_s`` ran out."""
+        pop = self._tok_pop
+        deadline = None if timeout_s is None else time.monotonic() + max(0.0, timeout_s)
+        delay = 1e-5
+        while True:
+            try:
+                pop()
+                return True
+            except IndexError:
+                pass
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+            time.sleep(delay)
+            delay = min(2 * delay, 1e-3)
 
     def _record_slow(self, kind: int, step: int, request_id: str, preemption_count: int,
                      hash: int, depth: int, state_kind: int, page: int, line: int, cause: int,
                      requester: str, need: int, free: int, outcome: int,
                      chain: Iterable[int], recurrent_chain: Iterable[int]) -> None:
-        """Called with _lock held: new strings, chains, a full buffer, or a closed writer."""
+        """Called with the token held: new strings, chains, a full buffer, a closed writer,
+        END (refused) or a field out of range (ValueError, nothing committed)."""
         if self._closing:
             self._dropped_after_close += 1
             return
-        if int(kind) == EventKind.END:
+        if kind == EventKind.END:
             raise ValueError("END is written by the tracer itself on close(), not emitted")
-        chain = tuple(chain)
-        recurrent_chain = tuple(recurrent_chain)
+        if type(chain) is not tuple:
+            chain = tuple(chain)
+        if type(recurrent_chain) is not tuple:
+            recurrent_chain = tuple(recurrent_chain)
         ids = self._ids
-        new_strings: list[tuple[str, bytes]] = []
-        for s in (request_id, requester):
-            if s not in ids and (not new_strings or new_strings[0][0] != s):
-                if not isinstance(s, str):
-                    raise ValueError(f"request ids must be str, got {type(s).__name__} {s!r}")
-                new_strings.append((s, s.encode()))
-        strings_size = sum(fmt.STRING.size + len(b) for _, b in new_strings)
+        strings_size = 0
+        rb = qb = None  # UTF-8 of strings not yet in the dictionary
+        if request_id not in ids:
+            if not isinstance(request_id, str):
+                raise ValueError(f"request ids must be str, got {type(request_id).__name__} "
+                                 f"{request_id!r}")
+            rb = request_id.encode()
+            strings_size += fmt.STRING.size + len(rb)
+        if requester not in ids and requester != request_id:
+            if not isinstance(requester, str):
+                raise ValueError(f"request ids must be str, got {type(requester).__name__} "
+                                 f"{requester!r}")
+            qb = requester.encode()
+            strings_size += fmt.STRING.size + len(qb)
         n_chain, n_rchain = len(chain), len(recurrent_chain)
-        try:
-            hashes = struct.pack(f"<{n_chain + n_rchain}Q", *chain, *recurrent_chain)
-        except struct.error as exc:
-            raise ValueError(_bad_fields(exc, kind, step, preemption_count, hash, depth, page,
-                                         line, need, free, chain, recurrent_chain)) from None
-        if not self._reserve(strings_size + fmt.EVENT.size + len(hashes)):
+        size = strings_size + fmt.EVENT.size + 8 * (n_chain + n_rchain)
+        if self._off + size > len(self._buf) and not self._reserve(size):
             if self._closing:
                 self._dropped_after_close += 1
             else:
                 self._dropped += 1
             return
-        # Pack the event first (it validates every field); strings are committed only after.
+        # Pack the event and its hashes first (that validates every field); strings and the
+        # offset are committed only after. Ids are looked up again: _reserve may have waited.
         buf, off = self._buf, self._off
         sid = len(ids)
         rid = ids.get(request_id)
@@ -318,28 +351,28 @@ class TraceWriter:
         if qid is None:
             qid = rid if requester == request_id else sid
         ev_off = off + strings_size
+        end = ev_off + fmt.EVENT.size
         seq = self._seq
         try:
             self._pack(buf, ev_off, fmt.TAG_EVENT, kind, state_kind, cause, outcome, seq, _mono(),
                        step, rid, qid, preemption_count, hash, depth, page, line, need, free,
                        n_chain, n_rchain)
+            if n_chain or n_rchain:
+                _hashes_struct(n_chain + n_rchain).pack_into(buf, end, *chain, *recurrent_chain)
         except struct.error as exc:
             raise ValueError(_bad_fields(exc, kind, step, preemption_count, hash, depth, page,
                                          line, need, free, chain, recurrent_chain)) from None
-        for s, b in new_strings:
-            sid = rid if s == request_id else qid
-            fmt.STRING.pack_into(buf, off, fmt.TAG_STRING, sid, len(b))
-            off += fmt.STRING.size
-            buf[off:off + len(b)] = b
-            off += len(b)
-            ids[s] = sid
-        off = ev_off + fmt.EVENT.size
-        buf[off:off + len(hashes)] = hashes
-        self._off = off + len(hashes)
+        if rb is not None:
+            off = _put_string(buf, off, rid, rb)
+            ids[request_id] = rid
+        if qb is not None:
+            off = _put_string(buf, off, qid, qb)
+            ids[requester] = qid
+        self._off = end + 8 * (n_chain + n_rchain)
         self._seq = seq + 1
 
     def _reserve(self, size: int) -> bool:
-        """Make ``size`` bytes available in the active buffer (lock held). False: drop it.
+        """Make ``size`` bytes available in the active buffer (token held). False: drop it.
 
         Pooled buffers hold ``packet_records`` fixed records; a record larger than that (a very
         long chain) gets a one-off buffer of its own, which is not returned to the pool.
@@ -359,38 +392,65 @@ class TraceWriter:
             elif self.policy == "drop":
                 return False
             else:
-                self._cond.wait()  # another thread may seal or free a buffer meanwhile
+                # Give the token back while waiting (close() and other threads may go on), like
+                # Condition.wait() gives back its lock; the loop re-checks the buffer after.
+                self._tok_push(True)
+                try:
+                    with self._cv:
+                        if not self._free and not self._closing:
+                            self._cv.wait(0.05)
+                finally:
+                    self._take()
         return True
 
     def _seal(self, next_buf: bytearray) -> None:
-        """Hand the active buffer to the flusher; ``next_buf`` becomes active (lock held)."""
+        """Hand the active buffer to the flusher; ``next_buf`` becomes active (token held)."""
         buf = self._buf
-        self._sealed.append(_Sealed(buf, self._off, self._buf_first_seq,
-                                    self._seq - self._buf_first_seq, self._dropped,
-                                    len(buf) == self._packet_bytes))
+        with self._cv:
+            self._sealed.append(_Sealed(buf, self._off, self._buf_first_seq,
+                                        self._seq - self._buf_first_seq, self._dropped,
+                                        len(buf) == self._packet_bytes))
+            self._cv.notify_all()
         self._buf = next_buf
         self._off = 0
         self._buf_first_seq = self._seq
-        self._cond.notify_all()
 
     # ------------------------------------------------------------------ flushing
     def _flush_loop(self) -> None:
+        cv = self._cv
+        wait_s = self.flush_interval_s
         while True:
-            with self._cond:
+            with cv:
                 while not self._sealed and not self._closing:
-                    if not self._cond.wait(self.flush_interval_s) and self._off > 0 \
-                            and self._free:
-                        # periodic flush, so a crash loses at most ~flush_interval_s of records
-                        self._seal(self._free.pop())
+                    if not cv.wait(wait_s):
+                        # periodic flush, so a crash loses at most ~flush_interval_s of records;
+                        # an emitter holding the token is retried 1 ms later
+                        wait_s = self.flush_interval_s if self._periodic_seal() else 1e-3
                 if not self._sealed:
                     return  # closing and drained
                 item = self._sealed.popleft()
             self._write_packet(item.buf, item.length, item.first_seq, item.n_records,
                                item.discarded)
-            with self._cond:
+            with cv:
                 if item.pooled:
                     self._free.append(item.buf)
-                self._cond.notify_all()
+                cv.notify_all()
+
+    def _periodic_seal(self) -> bool:
+        """Seal a partly filled buffer if a free one is there (flusher, _cv held). False: an
+        emitter held the token, try again soon."""
+        if self._off == 0 or not self._free:
+            return True
+        try:
+            self._tok_pop()
+        except IndexError:
+            return False
+        try:
+            if self._off > 0 and self._free and not self._closing:
+                self._seal(self._free.pop())
+        finally:
+            self._tok_push(True)
+        return True
 
     def _write_packet(self, buf: bytearray, length: int, first_seq: int, count: int,
                       discarded: int) -> None:
@@ -443,17 +503,21 @@ class TraceWriter:
         """
         if self._pid != os.getpid():
             return self.stats()
-        if not self._lock.acquire(timeout=-1 if timeout_s is None else timeout_s):
+        if not self._take(timeout_s):
             raise TraceError(f"trace writer lock still held after {timeout_s} s: END not written")
         try:
             if not self._closing:
                 self._closing = True
-                self._limit = -1  # every later record() goes to the slow path and is refused
+                # an empty active buffer: every later record fails pack_into, goes to the slow
+                # path and is refused there
                 if self._off > 0:
                     self._seal(bytearray())
-                self._cond.notify_all()
+                else:
+                    self._buf = bytearray()
         finally:
-            self._lock.release()
+            self._tok_push(True)
+        with self._cv:
+            self._cv.notify_all()
         self._flusher.join(timeout_s)
         if self._flusher.is_alive():
             raise TraceError(f"trace flusher did not drain within {timeout_s} s (stalled "
@@ -485,12 +549,13 @@ class TraceWriter:
             _LIVE.discard(self)
 
     def _orphan(self) -> None:
-        """In a forked child: fresh locks (the parent's may have been held), refuse events."""
-        self._lock = threading.Lock()
-        self._cond = threading.Condition(self._lock)
-        self._acquire, self._release = self._lock.acquire, self._lock.release
+        """In a forked child: a fresh token and condition (the parent's may have been held),
+        refuse events."""
+        self._tok = [True]
+        self._tok_pop, self._tok_push = self._tok.pop, self._tok.append
+        self._cv = threading.Condition()
         self._closing = True
-        self._limit = -1
+        self._buf = bytearray()
 
     def stats(self) -> WriterStats:
         return WriterStats(self._seq, self._dropped, self._write_errors, self._lost_records,
@@ -502,6 +567,27 @@ class TraceWriter:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+_HASH_STRUCTS: dict[int, struct.Struct] = {}
+
+
+def _hashes_struct(n: int) -> struct.Struct:
+    """``<nQ`` (a chain's hashes), compiled once per length."""
+    st = _HASH_STRUCTS.get(n)
+    if st is None:
+        if len(_HASH_STRUCTS) > 4096:
+            _HASH_STRUCTS.clear()
+        st = _HASH_STRUCTS[n] = struct.Struct(f"<{n}Q")
+    return st
+
+
+def _put_string(buf: bytearray, off: int, sid: int, data: bytes) -> int:
+    """A dictionary record at ``off``; returns the offset after it."""
+    fmt.STRING.pack_into(buf, off, fmt.TAG_STRING, sid, len(data))
+    off += fmt.STRING.size
+    buf[off:off + len(data)] = data
+    return off + len(data)
 
 
 def _bad_fields(exc: struct.error, kind: int, step: int, preemption_count: int, hash: int,

@@ -40,8 +40,9 @@ forms:
   hybridmem lineage import-vllm STREAM OUT.parquet [--block-size N]
       convert a file of vLLM KVEventBatch msgpack payloads into an event table.
 
-exit status: 0 when SQL and the scalar replay agree on every episode of every run, 1 when
-they do not, 2 for bad input (one line on stderr)."""
+exit status: 0 when SQL and the scalar replay agree on every replayed episode of every run
+(--replay: a deterministic sample of 2,000 requests by default, 'all', or 'off'; the report
+prints the scope), 1 when they do not, 2 for bad input (one line on stderr)."""
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -64,6 +65,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--memory-limit", default="2GB", metavar="SIZE",
                    help="'query': DuckDB memory limit (default 2GB)")
     p.add_argument("--private", action="store_true", help="'views': also list private views")
+    p.add_argument("--replay", default="2000", metavar="N|all|off",
+                   help="scalar replay check: the episodes of a deterministic sample of N "
+                   "requests (default 2000), of every request ('all'), or none ('off'); the "
+                   "report prints the scope")
     p.add_argument("--block-size", type=count(1, 1 << 20), default=None, metavar="N",
                    help="'import-vllm': tokens per block when the stream does not say")
     p.set_defaults(func=run)
@@ -137,14 +142,16 @@ def _report(args: argparse.Namespace) -> int:
         raise HybridMemError("give at least one PATH (or 'query' / 'views' / 'import-vllm')")
     if args.plot:
         check_output(args.plot, args.args, "--plot")
+    replay_n = _replay_arg(args.replay)
     # open (and verify) every input first, so a bad one fails before any work is printed
     runs = [open_run(path, allow_unverified=args.allow_unverified) for path in args.args]
     reports = []
     for path, run_ in zip(args.args, runs, strict=True):
         _progress(f"lineage: {path}: {run_.table.num_rows:,} events ...")
-        rep = analyse(run_)
+        rep = analyse(run_, with_replay=replay_n != 0, replay_requests=replay_n or None)
         _progress(f"lineage: {path}: {rep.summary['episodes']:,} episodes, SQL "
-                  f"{rep.sql_seconds:.2f} s, replay {rep.replay_seconds:.2f} s")
+                  f"{rep.sql_seconds:.2f} s, replay {rep.replay_seconds:.2f} s "
+                  f"({rep.replay_scope})")
         reports.append(rep)
         if args.json:
             print(json.dumps(to_json(rep), default=str))
@@ -155,6 +162,22 @@ def _report(args: argparse.Namespace) -> int:
             plot(reports, str(tmp))
         _progress(f"lineage: plot written to {args.plot}")
     return 0 if all(r.agreement.complete for r in reports) else 1
+
+
+def _replay_arg(text: str) -> int | None:
+    """``--replay``: None = every request, 0 = off, N >= 1 = a sample of N requests."""
+    if text == "all":
+        return None
+    if text == "off":
+        return 0
+    try:
+        n = int(text)
+    except ValueError:
+        n = -1
+    if not 1 <= n <= 10**9:
+        raise HybridMemError(f"--replay must be a request count >= 1, 'all' or 'off', got "
+                             f"{text!r}")
+    return n
 
 
 def run(args: argparse.Namespace) -> int:

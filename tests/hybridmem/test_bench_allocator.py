@@ -23,4 +23,5 @@ def test_main_prints_one_table(capsys):
     out = capsys.readouterr().out.splitlines()
     assert out[0].split()[:4] == ["org", "ops", "seconds", "ops/s"]
     assert [line.split()[0] for line in out[1:5]] == ["S0", "S1", "S2", "D0"]
-    assert out[5].startswith("vLLM BlockPool")
+    # vLLM rows follow: timed (vLLM@512, vLLM@16: D0's grid) or a line saying why not
+    assert out[5].startswith("vLLM") and len(out) in (6, 7)

@@ -65,6 +65,8 @@ def test_query_and_views(tmp_path, capsys):
     (["lineage", "query", "X", "Y", "--sql", "SELECT 1"], "exactly one PATH"),
     (["lineage", "query", "X"], "needs --sql"),
     (["lineage"], "at least one PATH"),
+    (["lineage", "x.parquet", "--replay", "0"], "--replay"),
+    (["lineage", "x.parquet", "--replay", "some"], "--replay"),
 ])
 def test_bad_input_exits_2_with_one_line(capsys, argv, needle):
     code, out, err = run_cli(capsys, *argv)
@@ -114,3 +116,15 @@ def test_import_vllm_then_report(tmp_path, capsys):
     d = json.loads(out)
     assert code == 0 and d["episodes"] == 0
     assert (d["supply"]["publications"], d["supply"]["losses"]) == (2, 1)
+
+
+def test_replay_scope_is_printed_and_selectable(tmp_path, capsys):
+    path = _write(tmp_path)
+    code, out, err = run_cli(capsys, "lineage", path, "--replay", "1", "--json")
+    d = json.loads(out)["replay_agreement"]
+    assert code == 0 and (d["requests_replayed"], d["requests"], d["episodes"]) == (1, 2, 1)
+    assert d["scope"].startswith("sample of 1 of 2 requests")
+    code, out, _ = run_cli(capsys, "lineage", path, "--replay", "all")
+    assert code == 0 and "SQL vs replay: 2/2" in out and "[replay scope: all 2 requests]" in out
+    code, out, _ = run_cli(capsys, "lineage", path, "--replay", "off")
+    assert code == 0 and "not checked (replay off)" in out

@@ -91,6 +91,10 @@ def test_bench_json(capsys, tmp_path):
     assert list(d)[:4] == ["ns_per_event_enabled", "ns_per_event_disabled", "events", "path"]
     assert d["events"] == 3000 and d["path"] == str(out_path) and d["accepted"] is True
     assert d["ns_per_event_enabled"] > d["ns_per_event_disabled"] > 0
+    # the floor is timed in the same run and the ratio is computed from the printed figures
+    assert d["floor_ns_per_event"] > 0 and d["cpu_ratio_to_floor"] > 0
+    ratio = d["ns_per_event_enabled"] / d["floor_ns_per_event"]
+    assert abs(d["ratio_to_floor"] - ratio) < 0.01 * ratio
 
 
 def test_bench_rejects_bad_count(capsys):

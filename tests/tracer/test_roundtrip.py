@@ -186,3 +186,22 @@ def test_writers_implement_the_observer_protocol(tmp_path):
     w = TraceWriter(tmp_path / "t", META, handle_signals=False)
     assert isinstance(w, Observer) and isinstance(NULL_WRITER, Observer)
     w.close()
+
+
+def test_parquet_export_streams_row_groups_and_keeps_the_verdict(tmp_path, monkeypatch):
+    import tracer.export as export
+
+    events = list(synthetic_events(100, seed=1))
+    path = tmp_path / "t.hmtrace"
+    write_trace(path, events)
+    monkeypatch.setattr(export, "BATCH_ROWS", 7)  # 101 rows (END included) -> 15 row groups
+    out = tmp_path / "t.parquet"
+    assert write_parquet(path, out).accepted
+    f = pq.ParquetFile(out)
+    assert f.metadata.num_row_groups == 15 and f.metadata.num_rows == 101
+    table = pq.read_table(out)
+    assert table.equals(events_table(path))
+    meta = json.loads(table.schema.metadata[META_KEY])
+    assert meta["verdict"]["accepted"] is True and meta["organization"] == "S2"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.hmtrace", "t.parquet"]  # no tmp
+    assert table.schema.remove_metadata() == arrow_schema()  # types survive the round trip
