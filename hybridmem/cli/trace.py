@@ -85,7 +85,8 @@ def run_export(args: argparse.Namespace) -> int:
             verdict = write_perfetto(args.path, args.perfetto)
             out = args.perfetto
     except OSError as exc:
-        raise HybridMemError(f"cannot write {exc.filename!r}: {exc.strerror}") from None
+        target = exc.filename or args.parquet or args.perfetto
+        raise HybridMemError(f"cannot write {target!r}: {exc.strerror or exc}") from None
     print(f"wrote {out} ({verdict.recovered_records:,} events; trace {verdict.reason})")
     return 0
 
@@ -123,7 +124,8 @@ def run_bench(args: argparse.Namespace) -> int:
         r = bench(args.events, args.out, args.repeats,
                   progress=lambda msg: print(f"trace bench: {msg}", file=sys.stderr))
     except OSError as exc:
-        raise HybridMemError(f"cannot write {exc.filename!r}: {exc.strerror}") from None
+        target = exc.filename or args.out
+        raise HybridMemError(f"cannot write {target!r}: {exc.strerror or exc}") from None
     if args.json:
         print_json(r)
     else:
