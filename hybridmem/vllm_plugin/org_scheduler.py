@@ -136,6 +136,7 @@ class OrgScheduler(Scheduler):
         self.org_settings = settings
         plan = plan_org(settings, serving_geometry(vllm_config), serving_grid(vllm_config))
         self.org_plan = plan
+        self._grid = plan.grid
         faults.activate(settings.fault)
         path = os.environ.get("HYBRIDMEM_TRACE")
         sink = None
@@ -186,6 +187,21 @@ class OrgScheduler(Scheduler):
     def _free_request(self, request: Any, *args: Any, **kwargs: Any) -> Any:
         self._emit(EventKind.FINISH, request, request.num_preemptions, depth=request.num_tokens)
         return super()._free_request(request, *args, **kwargs)
+
+    # -- prefill chunks ----------------------------------------------------------------------
+    def _mamba_block_aligned_split(self, request: Any, num_new_tokens: int,
+                                   num_new_local_computed_tokens: int = 0,
+                                   num_external_computed_tokens: int = 0) -> int:
+        """vLLM's split, then also stop at the next grid boundary: the organization allocates
+        (and later publishes) a checkpoint at every boundary, and on CPU a chunk writes only
+        its end state, so every boundary must be a chunk end (seams note, trap 3)."""
+        n = super()._mamba_block_aligned_split(request, num_new_tokens,
+                                               num_new_local_computed_tokens,
+                                               num_external_computed_tokens)
+        start = (request.num_computed_tokens + num_new_local_computed_tokens
+                 + num_external_computed_tokens)
+        stop = (start // self._grid + 1) * self._grid
+        return min(n, stop - start)
 
     # -- steps -------------------------------------------------------------------------------
     def schedule(self, *args: Any, **kwargs: Any) -> Any:
