@@ -216,7 +216,7 @@ def org_engine_args(cfg: RunConfig) -> dict[str, Any]:
     settings = cfg.org_settings()
     if settings is None:
         return {}
-    from hybridmem.vllm_plugin.org_scheduler import QUALNAME
+    from hybridmem.vllm_plugin.org_settings import SCHEDULER_QUALNAME as QUALNAME
 
     return {"scheduler_cls": QUALNAME, "additional_config": settings.as_config(),
             "async_scheduling": False}

@@ -51,6 +51,8 @@ from hybridmem.events import Event, EventKind
 from hybridmem.vllm_plugin import faults
 from hybridmem.vllm_plugin.org_manager import OrgKVCacheManager
 from hybridmem.vllm_plugin.org_settings import (
+    SCHEDULER_QUALNAME,
+    VIOLATION_MARK,
     OrgSettings,
     build_org,
     plan_org,
@@ -60,9 +62,8 @@ from hybridmem.vllm_plugin.org_settings import (
 )
 from hybridmem.vllm_plugin.state_table import activate as activate_state_table
 
-QUALNAME = "hybridmem.vllm_plugin.org_scheduler.OrgScheduler"
+QUALNAME = SCHEDULER_QUALNAME
 TRACER_ATTR = "_hybridmem_tracer"  # tracing.py's attribute: non-None keeps its hooks off
-VIOLATION_MARK = "HYBRIDMEM INVARIANT VIOLATION:"
 
 
 class InvariantStop(RuntimeError):

@@ -48,6 +48,8 @@ from hybridmem.units import Units, derive_units
 from hybridmem.vllm_plugin import faults
 
 CONFIG_KEY = "hybridmem"
+SCHEDULER_QUALNAME = "hybridmem.vllm_plugin.org_scheduler.OrgScheduler"  # scheduler_cls
+VIOLATION_MARK = "HYBRIDMEM INVARIANT VIOLATION:"  # the engine core's one stderr line
 ORG_NAMES = ("S0", "S1", "S2", "D0")
 
 
