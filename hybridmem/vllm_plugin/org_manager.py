@@ -343,7 +343,7 @@ class OrgKVCacheManager:
             self.ops.preempt(rid)
             self.counters["preemptions"] += 1
         for table in (self._hits, self._sent, self._override, self._adopted):
-            table.pop(rid, None)  # type: ignore[attr-defined]
+            table.pop(rid, None)
         self._sync_state()
 
     def pop_blocks_for_free(self, request: Any) -> list[Any]:
@@ -451,7 +451,7 @@ class OrgKVCacheManager:
         return self._kv_blocks(attn, mamba)
 
     def get_block_ids(self, request_id: str) -> tuple[list[int], ...]:
-        return self.get_blocks(request_id).get_block_ids()  # type: ignore[no-any-return]
+        return self.get_blocks(request_id).get_block_ids()
 
     def get_block_ids_for_computed_tokens(self, request_id: str,
                                           num_computed_tokens: int) -> tuple[list[int], ...]:

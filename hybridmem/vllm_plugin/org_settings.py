@@ -303,7 +303,7 @@ def install_block_override() -> None:
         n = original(vllm_config, num_blocks)
         settings = settings_from(getattr(vllm_config, "additional_config", None))
         if settings is None:
-            return n  # type: ignore[no-any-return]
+            return n
         plan = plan_org(settings, serving_geometry(vllm_config), serving_grid(vllm_config))
         return plan.num_block_ids
 
