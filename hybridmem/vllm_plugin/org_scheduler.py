@@ -154,8 +154,9 @@ class OrgScheduler(Scheduler):
             ops = DebugOrganization(org)
             self._checker = ops
         self.org = org
-        manager = OrgKVCacheManager(getattr(self, "kv_cache_manager")  # noqa: B009, plan, org, ops, sink)
-        setattr(self, "kv_cache_manager", manager)  # noqa: B010 (vLLM types it KVCacheManager)
+        stock = getattr(self, "kv_cache_manager")  # noqa: B009 (vLLM types it KVCacheManager)
+        manager = OrgKVCacheManager(stock, plan, org, ops, sink)
+        setattr(self, "kv_cache_manager", manager)  # noqa: B010
         activate_state_table(manager.state_table)
         self._sink = sink
         self.org_step = 0
