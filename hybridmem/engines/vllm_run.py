@@ -231,8 +231,8 @@ def org_summary(cfg: RunConfig, scheduler: Any | None, error: str | None) -> dic
         "policy": {"cap": cfg.cap, "headroom": cfg.headroom, "pin_k": cfg.pin_k,
                    "pin_budget": cfg.pin_budget, "retention": cfg.retention,
                    "isolate": cfg.isolate},
-        "invariant_checks": ("violated: " + error if error else "passed")
-        if cfg.check_invariants else "off",
+        "invariant_checks": "violated: " + error if error else (
+            "passed" if cfg.check_invariants else "off"),
     }
     plan = getattr(scheduler, "org_plan", None)
     if settings is not None and plan is not None:

@@ -148,8 +148,14 @@ def test_skip_invalidate_trips_the_reuse_invariant(runs: Runs) -> None:
 
 @pytest.mark.slow
 def test_skip_invalidate_changes_outputs(runs: Runs) -> None:
+    """Without the checkers the fault either changes tokens or the organization's own
+    accounting stops the run (a stale entry adopted on a page that is free again)."""
     run = org_run(runs, "S2", fault="skip-invalidate", check_invariants=False)
-    assert run["summary"]["fault_count"] >= 1
+    s = run["summary"]
+    assert s["fault_count"] >= 1
+    if s["invariant_checks"].startswith("violated"):
+        assert "page" in s["invariant_checks"]
+        return
     ref = runs.get("vllm")["tokens"]
     assert sum(a != b for a, b in zip(run["tokens"], ref, strict=True)) >= 1
 
