@@ -204,3 +204,53 @@ def test_summary_and_results_record_the_organization(runs: Runs) -> None:
         assert key in s, key
     assert json.dumps(s)  # serialisable
     assert all(isinstance(t, list) and t for t in run["tokens"])
+
+
+def test_pinning_and_retention_show_in_trace_and_summary(runs: Runs) -> None:
+    run = org_run(runs, "S2", pin_k=1, pin_budget=4, retention=True)
+    s = run["summary"]
+    assert s["completed"] == WORKLOAD["requests"] and s["invariant_checks"] == "passed"
+    assert s["policy"]["pin_k"] == 1 and s["policy"]["pin_budget"] == 4
+    assert s["policy"]["retention"] is True
+    meta, evs = events(run)
+    assert meta["policy"]["pin_k"] == 1 and meta["policy"]["retention"] is True
+    kinds = Counter(K(e["kind"]) for e in evs)
+    assert kinds[K.PIN] >= 1 and kinds[K.RETENTION] >= 1, kinds
+    pins = [e for e in evs if e["kind"] == K.PIN]
+    assert all(e["need"] == 1 and e["page"] >= 0 for e in pins)  # K and a real page
+    assert run["tokens"] == runs.get("vllm")["tokens"]
+
+
+@pytest.mark.slow
+def test_isolation_salts_every_chain(runs: Runs) -> None:
+    """--isolate: no request adopts another request's prefix (only its own, on resume)."""
+    run = org_run(runs, "S2", isolate=True)
+    _, evs = events(run)
+    initial = [e["depth"] for e in evs if e["kind"] == K.ADOPTION and e["preemption_count"] == 0]
+    assert initial and all(d == 0 for d in initial)
+    chains = [tuple(e["chain"]) for e in evs
+              if e["kind"] == K.WAITING_ENTRY and e["preemption_count"] == 0]
+    firsts = [c[0] for c in chains if c]
+    assert len(set(firsts)) == len(firsts)  # shared prefixes, yet every first key differs
+
+
+@pytest.mark.slow
+def test_server_mode_serves_through_the_organization(runs: Runs) -> None:
+    """`vllm serve` gets the scheduler seam and settings; its engine core runs S2."""
+    import pyarrow.parquet as pq
+
+    from hybridmem.engines.http_run import run_serving_http
+    from hybridmem.engines.vllm_run import RunConfig
+
+    out = runs.root / "http-S2"
+    cfg = RunConfig(model=str(runs.model), out=out, trace_dir=out / "trace", org="S2",
+                    budget=BUDGET, check_invariants=True, **WORKLOAD)  # type: ignore[arg-type]
+    result = run_serving_http(cfg, progress=False)
+    s = result.summary
+    assert s["completed"] == WORKLOAD["requests"] and s["server_exit_code"] == 0
+    assert s["organization"] == "S2" and s["invariant_checks"] == "passed"
+    assert s["budget_bytes"] and s["trace_verdict"]["accepted"]
+    meta, _ = events({"summary": s})
+    assert meta["organization"] == "S2" and meta["driver"] == "http"
+    tokens = pq.read_table(result.results_path).column("output_token_ids").to_pylist()
+    assert tokens == runs.get("vllm")["tokens"]
