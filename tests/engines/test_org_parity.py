@@ -35,7 +35,8 @@ def _org_llm(model: Path, fault: str | None = None) -> Any:
                additional_config=settings.as_config(), async_scheduling=False)
 
 
-def _two_passes(model: Path, fault: str | None = None) -> tuple[list[list[int]], ...]:
+def _two_passes(model: Path, fault: str | None = None
+                ) -> tuple[list[list[int]], list[list[int]], list[int]]:
     from tests.engines.test_parity import _generate, _shutdown
 
     llm = _org_llm(model, fault)
