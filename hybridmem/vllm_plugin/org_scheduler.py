@@ -249,3 +249,5 @@ class OrgScheduler(Scheduler):
             tracer = getattr(self, TRACER_ATTR, None)
             if isinstance(tracer, OrgTracer):
                 tracer.close()
+            activate_state_table(None)  # a later engine in this process starts clean
+            faults.activate(None)
