@@ -25,6 +25,8 @@ COMMANDS: dict[str, str] = {
     "lineage": "hybridmem.cli.lineage",
     "model": "hybridmem.cli.model",
     "run": "hybridmem.cli.run",
+    "sim": "hybridmem.cli.sim",
+    "campaign": "hybridmem.cli.campaign",
 }
 
 USAGE_EXIT = 2

@@ -94,6 +94,16 @@ class Seq(NamedTuple):
     context: int         # c_i, tokens already computed before this step
 
 
+class StepFeatures(NamedTuple):
+    """Sufficient statistics of one step for the cost model (and a timing file's columns)."""
+
+    tokens: int          # T = sum n_i
+    seqs: int            # S
+    kv_tokens: int       # sum c_i + 2 n_i  (attention KV read + written, tokens)
+    attn_pairs: float    # sum n_i (c_i + (n_i + 1) / 2)  (causal query-key pairs)
+    checkpoints: int     # sum k_i, checkpoint boundaries crossed
+
+
 class StepCost(NamedTuple):
     seconds: float
     gemm_s: float
@@ -132,33 +142,41 @@ class CostModel:
     def _roof(self, flops: float, nbytes: float) -> float:
         return max(flops / self._flops_s, nbytes / self._bytes_s)
 
+    def features(self, seqs: Sequence[Seq]) -> StepFeatures:
+        """The per-step sums the step time depends on (what a timing file records)."""
+        grid = self.grid
+        tokens = kv = ck = 0
+        pairs = 0.0
+        for s in seqs:
+            tokens += s.new_tokens
+            kv += s.context + 2 * s.new_tokens
+            pairs += s.new_tokens * (s.context + (s.new_tokens + 1) / 2.0)
+            ck += (s.context + s.new_tokens) // grid - s.context // grid
+        return StepFeatures(tokens, len(seqs), kv, pairs, ck)
+
+    def parts(self, f: StepFeatures) -> tuple[tuple[float, float], ...]:
+        """(FLOPs, bytes) of the GEMM, attention, recurrent and checkpoint parts of a step."""
+        sh, g = self.shape, self.shape.geometry
+        return (
+            (2.0 * sh.active_params * f.tokens, float(sh.weight_bytes) if f.tokens else 0.0),
+            (4.0 * sh.attention_layers * sh.q_heads * g.head_dim * f.attn_pairs,
+             float(sh.attention_layers * g.attn_bytes_per_token * f.kv_tokens)),
+            (float(sh.mamba_layers * f.tokens * 6 * g.d_ssm * g.d_state),
+             sh.mamba_layers * f.seqs * 2.0 * self._state_touch),
+            (0.0, sh.mamba_layers * f.checkpoints * 2.0 * self._state_touch),
+        )
+
+    def time(self, f: StepFeatures) -> StepCost:
+        overhead = self.k.step_overhead_s + self.k.per_seq_overhead_s * f.seqs
+        parts = [self._roof(fl, b) for fl, b in self.parts(f)]
+        flops = sum(fl for fl, _ in self.parts(f))
+        nbytes = sum(b for _, b in self.parts(f))
+        return StepCost(overhead + sum(parts), parts[0], parts[1], parts[2], parts[3], overhead,
+                        flops, nbytes, f.checkpoints)
+
     def step(self, seqs: Sequence[Seq]) -> StepCost:
         """The duration of one step running ``seqs`` (an empty step costs the overhead only)."""
-        sh, g = self.shape, self.shape.geometry
-        tokens = sum(s.new_tokens for s in seqs)
-        overhead = self.k.step_overhead_s + self.k.per_seq_overhead_s * len(seqs)
-        if tokens == 0:
-            return StepCost(overhead, 0.0, 0.0, 0.0, 0.0, overhead, 0.0, 0.0, 0)
-        gemm_f = 2.0 * sh.active_params * tokens
-        gemm_b = float(sh.weight_bytes)
-        attn_f = 0.0
-        ctx = 0
-        for s in seqs:
-            attn_f += 4.0 * sh.q_heads * g.head_dim * s.new_tokens * (
-                s.context + (s.new_tokens + 1) / 2.0)
-            ctx += s.context + 2 * s.new_tokens
-        attn_f *= sh.attention_layers
-        attn_b = float(sh.attention_layers * g.attn_bytes_per_token * ctx)
-        rec_f = float(sh.mamba_layers * tokens * 6 * g.d_ssm * g.d_state)
-        rec_b = sh.mamba_layers * len(seqs) * 2.0 * self._state_touch
-        grid = self.grid
-        ck = sum((s.context + s.new_tokens) // grid - s.context // grid for s in seqs)
-        ck_b = sh.mamba_layers * ck * 2.0 * self._state_touch
-        parts = (self._roof(gemm_f, gemm_b), self._roof(attn_f, attn_b),
-                 self._roof(rec_f, rec_b), ck_b / self._bytes_s)
-        total = overhead + sum(parts)
-        return StepCost(total, parts[0], parts[1], parts[2], parts[3], overhead,
-                        gemm_f + attn_f + rec_f, gemm_b + attn_b + rec_b + ck_b, ck)
+        return self.time(self.features(seqs))
 
     def describe(self) -> dict[str, Any]:
         return {"org": self.org, "device": self.device.as_dict(), "grid_tokens": self.grid,

@@ -31,7 +31,7 @@ from typing import Any
 
 from hybridmem.engines.run_results import RequestRecord
 from hybridmem.errors import HybridMemError
-from hybridmem.sim.cost import CostModel, Seq
+from hybridmem.sim.cost import CostModel, Seq, StepFeatures
 from hybridmem.workload import WorkloadRequest
 
 SYNTHETIC_TOKEN = 42
@@ -40,20 +40,15 @@ MAX_IDLE_STEPS = 10_000   # schedule() calls in a row that run nothing before we
 
 @dataclass
 class StepLog:
-    """Per-step features (what calibration fits against) and the step's simulated duration."""
+    """Per-step features (the columns calibration fits against) and simulated durations."""
 
-    tokens: list[int] = field(default_factory=list)
-    seqs: list[int] = field(default_factory=list)
-    context: list[int] = field(default_factory=list)
-    checkpoints: list[int] = field(default_factory=list)
-    seconds: list[float] = field(default_factory=list)
+    columns: dict[str, list[float]] = field(default_factory=lambda: {
+        name: [] for name in (*StepFeatures._fields, "seconds")})
 
-    def add(self, seqs: Sequence[Seq], seconds: float, checkpoints: int) -> None:
-        self.tokens.append(sum(s.new_tokens for s in seqs))
-        self.seqs.append(len(seqs))
-        self.context.append(sum(s.context for s in seqs))
-        self.checkpoints.append(checkpoints)
-        self.seconds.append(seconds)
+    def add(self, f: StepFeatures, seconds: float) -> None:
+        for name, value in zip(StepFeatures._fields, f, strict=True):
+            self.columns[name].append(value)
+        self.columns["seconds"].append(seconds)
 
 
 @dataclass
@@ -130,10 +125,11 @@ def simulate(scheduler: Any, requests: Sequence[WorkloadRequest], cost: CostMode
                 now = max(now, pending[nxt].arrival_s)
         else:
             idle = 0
-        c = cost.step(seqs)
+        feats = cost.features(seqs)
+        c = cost.time(feats)
         now += c.seconds
         if seqs:
-            log.add(seqs, c.seconds, c.checkpoints)
+            log.add(feats, c.seconds)
         ids = list(out.num_scheduled_tokens)
         sampled = set(sampled_ids)
         mro = ModelRunnerOutput(req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)},

@@ -45,6 +45,17 @@ class Built:
     detail: dict[str, Any]
 
 
+def default_grid(org: str, geometry: Any) -> int:
+    """The checkpoint grid an organization prices by default (tokens): S0-S2 512, D0 its
+    interval, vLLM's stock manager its unified block (``u``)."""
+    units = derive_units(geometry)
+    if org in ("S0", "S1", "S2"):
+        return units.grid_tokens
+    if org == "D0":
+        return units.d0_interval_tokens
+    return units.uniform_tokens
+
+
 def stock_blocks(budget: str, shape: Any, page_bytes: int) -> int:
     units = derive_units(shape.geometry)
     nominal = Fraction(parse_budget(budget, units).nominal_bytes)

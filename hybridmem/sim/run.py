@@ -87,9 +87,18 @@ class SimConfig:
         return self
 
 
+def check_budget(cfg: SimConfig) -> None:
+    """The budget parses for the model (before any vLLM import): one-line error otherwise."""
+    from hybridmem.budget import parse_budget
+    from hybridmem.units import derive_units
+
+    parse_budget(cfg.budget, derive_units(load_shape(cfg.model).geometry))
+
+
 def run_sim(cfg: SimConfig, progress: bool = False) -> RunResult:
     """Simulate one run and write its outputs into ``cfg.out``."""
     cfg.check()
+    check_budget(cfg)
     t_init = time.perf_counter()
     shape = load_shape(cfg.model)
     device = get_device(cfg.device)
@@ -160,5 +169,4 @@ def _write_steps(log: executor.StepLog, path: Path) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    pq.write_table(pa.table({"tokens": log.tokens, "seqs": log.seqs, "context": log.context,
-                             "checkpoints": log.checkpoints, "seconds": log.seconds}), path)
+    pq.write_table(pa.table(log.columns), path)
