@@ -3,6 +3,8 @@
 vLLM calls :func:`register` once in every process it starts (engine core included). It
 
 * applies the CPU prefix-caching fix for Mamba2 hybrids (:mod:`.cpu_fix`);
+* sizes the KV cache to an organization's block ids when the engine config carries
+  ``additional_config["hybridmem"]`` (:func:`.org_settings.install_block_override`);
 * when ``HYBRIDMEM_TRACE`` names a trace path, installs the tracing hooks (:mod:`.tracing`).
   With the variable unset nothing is wrapped and the engine runs unmodified.
 
@@ -21,6 +23,9 @@ TRACE_ENV = "HYBRIDMEM_TRACE"
 
 def register() -> None:
     cpu_fix.apply()
+    from hybridmem.vllm_plugin import org_settings
+
+    org_settings.install_block_override()  # acts only with additional_config["hybridmem"]
     if os.environ.get(TRACE_ENV):
         from hybridmem.vllm_plugin import tracing
 

@@ -1,0 +1,63 @@
+"""Fault injection for organization-backed serving: one registry both sides read (issue 11).
+
+A fault makes the memory path deliberately wrong so that the checks (greedy-token equality,
+``--check-invariants``) can be shown to have teeth. The name travels in the engine config
+(``additional_config["hybridmem"]["fault"]``) and is recorded in the trace metadata and the
+run summary. With no fault active nothing below is consulted on a hot path: the scheduler side
+decides once, when its manager is built, and the worker side reads :func:`active` once per
+engine.
+
+==================  ========  ============================================================
+name                side      what goes wrong
+==================  ========  ============================================================
+stale-checkpoint    scheduler an adopter's Mamba block table holds the checkpoint one
+                              recurrent boundary shallower than its adopted depth (when one
+                              is discoverable), so it resumes from the wrong state
+skip-invalidate     scheduler reclaiming a cached unit frees it without detaching or
+                              invalidating the entries stored on it: they stay discoverable
+                              while the unit is handed out again
+swap-members        worker    S1/S2 read two SSM member pages in the wrong order (the worker
+                              side's state helper implements it)
+==================  ========  ============================================================
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+
+class Fault(NamedTuple):
+    name: str
+    side: str  # "scheduler" | "worker"
+    summary: str
+
+
+FAULTS: dict[str, Fault] = {f.name: f for f in (
+    Fault("stale-checkpoint", "scheduler",
+          "an adopter gets the checkpoint one boundary shallower than its depth"),
+    Fault("skip-invalidate", "scheduler",
+          "a reclaimed unit is reused before its entries are invalidated"),
+    Fault("swap-members", "worker",
+          "S1/S2 read two SSM member pages in the wrong order"),
+)}
+
+_ACTIVE: str | None = None
+
+
+def check(name: str | None) -> str | None:
+    """``name`` if it is a known fault (None: no fault); ValueError naming the choices."""
+    if name is None or name == "" or name == "none":
+        return None
+    if name not in FAULTS:
+        raise ValueError(f"unknown fault {name!r}; expected one of {', '.join(FAULTS)}")
+    return name
+
+
+def activate(name: str | None) -> None:
+    """Make ``name`` this process's fault (None: off). Set when an organization engine starts."""
+    global _ACTIVE
+    _ACTIVE = check(name)
+
+
+def active() -> str | None:
+    return _ACTIVE
