@@ -56,6 +56,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="preemption-time pinning threshold K (organizations only; off by default)")
     p.add_argument("--retention", action="store_true",
                    help="producer-side retention (S2+Retention)")
+    p.add_argument("--grid", type=int, default=None, metavar="TOKENS",
+                   help="organizations: block and checkpoint grid in tokens (default 512, the "
+                   "paper's; a multiple of 16)")
+    p.add_argument("--attention-fraction", type=float, default=None, metavar="FRAC",
+                   help="D0's attention share of the budget (default: the model preset's)")
     p.add_argument("--isolate", action="store_true",
                    help="per-request cache_salt: no cross-request prefix reuse")
     g = p.add_mutually_exclusive_group()
@@ -104,6 +109,7 @@ def _config(args: argparse.Namespace) -> object:
                     requests=args.requests, rate=args.rate, share=args.share, seed=args.seed,
                     cap=args.cap, headroom=args.headroom, pin_k=args.pin_k,
                     retention=args.retention, isolate=args.isolate, trace_dir=trace,
+                    grid=args.grid, attention_fraction=args.attention_fraction,
                     out=args.out, max_model_len=args.max_model_len,
                     constants=parse_costs(args.cost), step_log=args.step_log).check()
     check_budget(cfg)

@@ -49,7 +49,9 @@ def cell_job(spec_fixed: dict[str, Any], cell: dict[str, Any], out_dir: str) -> 
                     share=cell["share"], seed=cell["seed"], cap=cell["cap"],
                     headroom=cell["headroom"], pin_k=cell["pin_k"], retention=cell["retention"],
                     isolate=cell["isolate"], trace_dir=None, out=tmp,
-                    max_model_len=spec_fixed["max_model_len"], constants=spec_fixed["cost"])
+                    max_model_len=spec_fixed["max_model_len"], constants=spec_fixed["cost"],
+                    grid=spec_fixed.get("grid"),
+                    attention_fraction=spec_fixed.get("attention_fraction"))
     run_sim(cfg)
     if final.exists():
         shutil.rmtree(final)
@@ -69,7 +71,8 @@ def row_of(cell_id: str, cell: dict[str, Any], summary: dict[str, Any]) -> dict[
 
 def _fixed(spec: CampaignSpec) -> dict[str, Any]:
     return {"model": spec.model, "device": spec.device, "requests": spec.requests,
-            "max_model_len": spec.max_model_len, "cost": dict(spec.cost)}
+            "max_model_len": spec.max_model_len, "cost": dict(spec.cost), "grid": spec.grid,
+            "attention_fraction": spec.attention_fraction}
 
 
 def run_campaign(spec: CampaignSpec, out: Path, workers: int = 1, ray_address: str | None = None,

@@ -52,7 +52,7 @@ from typing import Any
 from hybridmem.errors import HybridMemError
 
 AXES = ("org", "budget", "rate", "cap", "headroom", "pin_k", "retention", "share", "isolate")
-FIXED = ("name", "model", "device", "requests", "max_model_len")
+FIXED = ("name", "model", "device", "requests", "max_model_len", "grid", "attention_fraction")
 MAX_CELLS = 20_000
 
 
@@ -94,14 +94,22 @@ class CampaignSpec:
     requests: int
     max_model_len: int
     cells: tuple[Cell, ...]
+    grid: int | None = None
+    attention_fraction: float | None = None
     cost: dict[str, float] = field(default_factory=dict)
     contrasts: tuple[Contrast, ...] = ()
     metrics: tuple[str, ...] = ("throughput_tok_s",)
     level: float = 0.95
 
     def cell_id(self, cell: Cell) -> str:
-        key = {"fixed": {"model": self.model, "device": self.device, "requests": self.requests,
-                         "max_model_len": self.max_model_len, "cost": self.cost},
+        fixed: dict[str, Any] = {"model": self.model, "device": self.device,
+                                 "requests": self.requests, "max_model_len": self.max_model_len,
+                                 "cost": self.cost}
+        if self.grid is not None:
+            fixed["grid"] = self.grid
+        if self.attention_fraction is not None:
+            fixed["attention_fraction"] = self.attention_fraction
+        key = {"fixed": fixed,
                "cell": cell.params}
         digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
         return f"{cell.org}-{cell.budget}-s{cell.seed}-{digest}"
@@ -202,6 +210,14 @@ def load_spec(path: str | Path) -> CampaignSpec:
         raise HybridMemError(f"campaign.device: unknown {device!r}; expected {sorted(DEVICES)}")
     requests = _num(camp.get("requests", 300), "requests", 1, 100_000, True)
     mml = _num(camp.get("max_model_len", 8192), "max_model_len", 64, 1 << 20, True)
+    grid = camp.get("grid")
+    if grid is not None:
+        grid = _num(grid, "grid", 16, 65536, True)
+        if grid % 16:
+            raise HybridMemError(f"campaign.grid {grid} is not a multiple of 16 tokens")
+    frac = camp.get("attention_fraction")
+    if frac is not None:
+        frac = float(_num(frac, "attention_fraction", 1e-9, 1 - 1e-9))
     cost = raw.get("cost", {})
     from hybridmem.sim.cost import CostConstants
 
@@ -227,4 +243,5 @@ def load_spec(path: str | Path) -> CampaignSpec:
     return CampaignSpec(name=str(camp.get("name", p.stem)), model=str(camp.get("model",
                         "falcon-h1-7b")), device=device, requests=requests, max_model_len=mml,
                         cells=cells, cost={k: float(v) for k, v in cost.items()},
-                        contrasts=tuple(contrasts), metrics=metrics, level=float(level))
+                        contrasts=tuple(contrasts), metrics=metrics, level=float(level),
+                        grid=grid, attention_fraction=frac)

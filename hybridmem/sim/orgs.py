@@ -15,6 +15,10 @@ else under the organization's name.
 from __future__ import annotations
 
 import importlib
+import json
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from fractions import Fraction
 from math import floor
@@ -25,6 +29,7 @@ from hybridmem.errors import HybridMemError
 from hybridmem.units import derive_units
 
 ORGS = ("vllm", "S0", "S1", "S2", "D0")
+PAPER_GRID = 512  # the paper's block and checkpoint boundary of S0-S2 (§3, SPEC §2)
 ADAPTER = "hybridmem.vllm_plugin.org_scheduler"
 
 
@@ -35,6 +40,8 @@ class OrgChoice:
     headroom: float = 0.0
     pin_k: int | None = None
     retention: bool = False
+    grid: int | None = None    # organizations: scheduler block = checkpoint grid (default 512)
+    attention_fraction: float | None = None  # D0's split (default: the model preset's)
 
 
 @dataclass(frozen=True)
@@ -70,8 +77,10 @@ def adapter_available() -> bool:
     return True
 
 
-def build(choice: OrgChoice, vc: Any, shape: Any) -> Built:
-    """The scheduler serving ``choice`` over ``vc`` (an :func:`.vllm_env.engine_config`)."""
+def build(choice: OrgChoice, vc: Any, shape: Any, trace: str | None = None,
+          meta: dict[str, Any] | None = None) -> Built:
+    """The scheduler serving ``choice`` over ``vc`` (an :func:`.vllm_env.engine_config`),
+    traced into ``trace`` when given (the same hooks and sinks as a real run)."""
     from hybridmem.sim import vllm_env
 
     if choice.org not in ORGS:
@@ -81,19 +90,82 @@ def build(choice: OrgChoice, vc: Any, shape: Any) -> Built:
         if choice.headroom or choice.pin_k is not None or choice.retention:
             raise HybridMemError("headroom, pin-k and retention are organization policies; "
                                  "--org vllm (vLLM's own manager) takes none of them")
+        if choice.grid is not None and choice.grid != vc.cache_config.block_size:
+            raise HybridMemError(f"--org vllm runs vLLM's own block of "
+                                 f"{vc.cache_config.block_size} tokens; --grid is for the "
+                                 "organizations")
         page = vc.cache_config.block_size * vc._hybridmem_sim["attn_bytes_per_token"]
         blocks = stock_blocks(choice.budget, shape, page)
         env = vllm_env.setup(vc, shape, blocks)
         sched = vllm_env.stock_scheduler(env)
+        if trace is not None:
+            from hybridmem.vllm_plugin import tracing
+
+            with _env({tracing.META_ENV: json.dumps(meta or {})}):
+                tracing.attach(sched, trace)
         return Built(sched, env.kv_cache_config.num_blocks, env.block_size,
                      {"page_bytes": page, "hasher": env.block_hasher})
+    if choice.grid is not None and (choice.grid < 16 or choice.grid % 16):
+        raise HybridMemError(f"grid must be a positive multiple of 16 tokens, got {choice.grid}")
     if not adapter_available():
         raise HybridMemError(f"organization {choice.org} needs the organization-backed scheduler "
                              f"({ADAPTER}, issue 11), which this build does not have; use "
                              "--org vllm")
-    return _build_org(choice, vc, shape)
+    return _build_org(choice, vc, shape, trace, meta)
 
 
-def _build_org(choice: OrgChoice, vc: Any, shape: Any) -> Built:  # pragma: no cover - adapter
-    raise HybridMemError(f"organization {choice.org}: the adapter's entry point is not wired "
-                         "into the simulator yet")
+def _build_org(choice: OrgChoice, vc: Any, shape: Any, trace: str | None,
+               meta: dict[str, Any] | None) -> Built:
+    """What ``vllm serve --scheduler-cls OrgScheduler --additional-config`` builds, minus the
+    worker: the settings travel in ``additional_config``, vLLM gets the organization's block
+    ids (``plan.num_block_ids``, what the plugin's block override sets), ``OrgScheduler`` swaps
+    in the organization-backed manager and opens the trace from ``HYBRIDMEM_TRACE``."""
+    from hybridmem.sim import vllm_env
+    from hybridmem.vllm_plugin import tracing
+    from hybridmem.vllm_plugin.org_scheduler import OrgScheduler
+    from hybridmem.vllm_plugin.org_settings import (
+        OrgSettings,
+        plan_org,
+        serving_geometry,
+        serving_grid,
+    )
+
+    grid = choice.grid if choice.grid is not None else PAPER_GRID
+    vllm_env.set_grid(vc, grid)
+    try:
+        frac = choice.attention_fraction
+        if frac is None and choice.org == "D0":
+            frac = shape.geometry.attention_fraction
+        settings = OrgSettings(org=choice.org, budget=choice.budget, headroom=choice.headroom,
+                               pin_k=choice.pin_k, retention=choice.retention,
+                               attention_fraction=frac).check()
+    except ValueError as exc:
+        raise HybridMemError(str(exc)) from None
+    vc.additional_config = {**(vc.additional_config or {}), **settings.as_config()}
+    plan = plan_org(settings, serving_geometry(vc), serving_grid(vc))
+    env = vllm_env.setup(vc, shape, plan.num_block_ids, one_layer_each=True)
+    variables = {"HYBRIDMEM_TRACE": trace, tracing.META_ENV: json.dumps(meta or {})} \
+        if trace is not None else {"HYBRIDMEM_TRACE": None}
+    with _env(variables):
+        sched = vllm_env.stock_scheduler(env, OrgScheduler)
+    return Built(sched, env.kv_cache_config.num_blocks, plan.interval,
+                 {"hasher": env.block_hasher, "plan": plan.as_dict()})
+
+
+@contextmanager
+def _env(values: dict[str, str | None]) -> Iterator[None]:
+    """Set (or, for None, unset) environment variables for the block, then restore them."""
+    old = {k: os.environ.get(k) for k in values}
+    try:
+        for k, v in values.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v

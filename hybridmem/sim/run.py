@@ -14,9 +14,7 @@ request span here (a simulated engine has no shutdown to pay for).
 
 from __future__ import annotations
 
-import json
 import math
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,6 +47,8 @@ class SimConfig:
     pin_k: int | None = None
     retention: bool = False
     isolate: bool = False
+    grid: int | None = None      # organizations' block/checkpoint grid (None: 512, the paper's)
+    attention_fraction: float | None = None  # D0 split (None: the model preset's)
     trace_dir: Path | None = None
     out: Path = Path("out/sim")
     max_model_len: int = 8192
@@ -80,6 +80,13 @@ class SimConfig:
             raise bad(f"headroom must be a finite fraction in [0, 1), got {self.headroom}")
         if self.pin_k is not None and self.pin_k not in (1, 2, 3):
             raise bad(f"pin-k must be 1, 2 or 3, got {self.pin_k}")
+        if self.grid is not None and not (isinstance(self.grid, int) and 16 <= self.grid <= 65536
+                                          and self.grid % 16 == 0):
+            raise bad(f"grid must be a multiple of 16 tokens in [16, 65536], got {self.grid}")
+        if self.attention_fraction is not None and not (
+                isinstance(self.attention_fraction, float)
+                and 0.0 < self.attention_fraction < 1.0):
+            raise bad(f"attention fraction must lie in (0, 1), got {self.attention_fraction}")
         if not (isinstance(self.max_model_len, int) and 64 <= self.max_model_len <= 1 << 20):
             raise bad(f"max model length must be an integer in [64, 2^20], "
                       f"got {self.max_model_len}")
@@ -110,12 +117,18 @@ def run_sim(cfg: SimConfig, progress: bool = False) -> RunResult:
     manifest = workload.save_manifest(out / "workload.json")
     vc = vllm_env.engine_config(shape, cfg.cap, cfg.max_model_len,
                                 device.max_num_batched_tokens, cfg.seed)
-    choice = orgs.OrgChoice(cfg.org, cfg.budget, cfg.headroom, cfg.pin_k, cfg.retention)
-    built = orgs.build(choice, vc, shape)
+    choice = orgs.OrgChoice(cfg.org, cfg.budget, cfg.headroom, cfg.pin_k, cfg.retention,
+                            cfg.grid, cfg.attention_fraction)
+    trace, meta = _trace_target(cfg, device) if cfg.trace_dir is not None else (None, None)
+    built = orgs.build(choice, vc, shape, trace, meta)
     sched = built.scheduler
     cost = CostModel(shape, device, cfg.org, built.grid_tokens,
                      CostConstants().with_values(**cfg.constants))
-    trace_path = _attach_trace(cfg, sched, shape, device) if cfg.trace_dir is not None else None
+    trace_path = None
+    if trace is not None:
+        from hybridmem.vllm_plugin.tracing import TRACER_ATTR
+
+        trace_path = Path(getattr(sched, TRACER_ATTR).sink.path)
     init_s = time.perf_counter() - t_init
     try:
         outcome = executor.simulate(sched, workload.requests, cost, built.detail["hasher"],
@@ -132,6 +145,7 @@ def run_sim(cfg: SimConfig, progress: bool = False) -> RunResult:
         "share": cfg.share, "cap": cfg.cap, "headroom": cfg.headroom, "pin_k": cfg.pin_k,
         "retention": cfg.retention, "isolate": cfg.isolate, "device": cfg.device,
         "model": shape.name, "num_blocks": built.num_blocks, "grid_tokens": built.grid_tokens,
+        "block_tokens": vc.cache_config.block_size, "org_plan": built.detail.get("plan"),
         "steps": outcome.steps, "wall_s": outcome.wall_s, "init_wall_s": init_s,
         "cost_model": cost.describe(),
     })
@@ -140,29 +154,17 @@ def run_sim(cfg: SimConfig, progress: bool = False) -> RunResult:
     return write_run(out, summary, outcome.records, manifest)
 
 
-def _attach_trace(cfg: SimConfig, sched: Any, shape: Any, device: Any) -> Path:
-    from hybridmem.vllm_plugin import tracing
-
+def _trace_target(cfg: SimConfig, device: Any) -> tuple[str, dict[str, Any]]:
     assert cfg.trace_dir is not None
     trace_dir = Path(cfg.trace_dir)
     trace_dir.mkdir(parents=True, exist_ok=True)
     path = trace_dir / TRACE_FILE
     for stale in (path, path.with_suffix(".jsonl")):
         stale.unlink(missing_ok=True)
-    meta = {"seed": cfg.seed, "simulated": True, "device": device.name, "sim_org": cfg.org,
-            "budget": cfg.budget,
+    meta = {"seed": cfg.seed, "simulated": True, "device": device.name, "budget": cfg.budget,
             "workload": {"requests": cfg.requests, "rate": cfg.rate, "share": cfg.share,
                          "isolate": cfg.isolate}}
-    old = os.environ.get(tracing.META_ENV)
-    os.environ[tracing.META_ENV] = json.dumps(meta)
-    try:
-        tracer = tracing.attach(sched, str(path))
-    finally:
-        if old is None:
-            os.environ.pop(tracing.META_ENV, None)
-        else:
-            os.environ[tracing.META_ENV] = old
-    return Path(tracer.sink.path)
+    return str(path), meta
 
 
 def _write_steps(log: executor.StepLog, path: Path) -> None:

@@ -15,6 +15,16 @@ scheduler")::
 
 The KV-cache size is given in blocks (``num_gpu_blocks_override``), i.e. pages per layer.
 Nothing here knows about organizations: :mod:`hybridmem.sim.orgs` picks the scheduler class.
+
+Organization grid (:func:`set_grid`). The paper's shared organizations use 512-token blocks and
+checkpoints; vLLM 0.32 on a GPU cannot (its align mode needs one page size for attention and
+Mamba blocks, so it forces the 1,568-token block). A scheduler without a worker holds no tensor,
+so here the groups can run at any grid ``G``: the Mamba group is given a placeholder state shape
+that fits one ``G``-token attention page. Nothing reads those bytes -- the organization sizes
+every unit from the model config (``org_settings.serving_geometry``) -- and the scheduler sees
+what it would see with ``G``-token blocks. In organization mode the specs hold one attention and
+one Mamba layer (the organization manager wants exactly one group of each; the layer counts
+only scale tensors the simulator does not have).
 """
 
 from __future__ import annotations
@@ -86,25 +96,42 @@ def engine_config(shape: ModelShape, cap: int, max_model_len: int,
     return vc
 
 
-def kv_specs(vc: Any, shape: ModelShape) -> dict[str, Any]:
-    """Layer name -> KV-cache spec, one per attention and per Mamba layer."""
+def set_grid(vc: Any, grid: int) -> None:
+    """Run the scheduler's groups at ``grid`` tokens per block (see the module docstring)."""
+    if not isinstance(grid, int) or grid < 16 or grid % 16:
+        raise HybridMemError(f"grid must be a positive multiple of 16 tokens, got {grid!r}")
+    cc = vc.cache_config
+    a1 = vc._hybridmem_sim["attn_bytes_per_token"]
+    cc.block_size = grid
+    cc.mamba_block_size = grid
+    cc.mamba_page_size_padded = grid * a1
+    vc._hybridmem_sim["placeholder_state"] = vc._hybridmem_sim["mamba_page"] > grid * a1
+
+
+def kv_specs(vc: Any, shape: ModelShape, one_layer_each: bool = False) -> dict[str, Any]:
+    """Layer name -> KV-cache spec, one per attention and per Mamba layer (or one of each)."""
     from vllm.v1.kv_cache_interface import FullAttentionSpec, MambaSpec
 
     mc, cc = vc.model_config, vc.cache_config
     info = vc._hybridmem_sim
+    shapes, dtypes = info["shapes"], info["dtypes"]
+    if info.get("placeholder_state"):
+        shapes, dtypes = tuple((1,) for _ in shapes), dtypes
+    n_attn, n_mamba = (1, 1) if one_layer_each else (shape.attention_layers, shape.mamba_layers)
     specs: dict[str, Any] = {}
-    for i in range(shape.attention_layers):
+    for i in range(n_attn):
         specs[f"model.layers.{i}.self_attn.attn"] = FullAttentionSpec(
             block_size=cc.block_size, num_kv_heads=mc.get_num_kv_heads(vc.parallel_config),
             head_size=mc.get_head_size(), dtype=mc.dtype)
-    for i in range(shape.mamba_layers):
+    for i in range(n_mamba):
         specs[f"model.layers.{i}.mamba"] = MambaSpec(
-            shapes=info["shapes"], dtypes=info["dtypes"], block_size=cc.block_size,
+            shapes=shapes, dtypes=dtypes, block_size=cc.block_size,
             page_size_padded=cc.mamba_page_size_padded, mamba_cache_mode=cc.mamba_cache_mode)
     return specs
 
 
-def setup(vc: Any, shape: ModelShape, num_blocks: int) -> EngineSetup:
+def setup(vc: Any, shape: ModelShape, num_blocks: int, one_layer_each: bool = False
+          ) -> EngineSetup:
     """KV-cache config of ``num_blocks`` blocks per layer, and the request block hasher."""
     from vllm.utils.hashing import get_hash_fn_by_name
     from vllm.v1.attention.backends.utils import resolve_kv_cache_layout
@@ -118,7 +145,7 @@ def setup(vc: Any, shape: ModelShape, num_blocks: int) -> EngineSetup:
 
     if num_blocks < 2:
         raise HybridMemError(f"the KV cache needs at least 2 blocks, got {num_blocks}")
-    specs = kv_specs(vc, shape)
+    specs = kv_specs(vc, shape, one_layer_each)
     resolve_kv_cache_layout(vc, [["NHD"]], list(specs.values()))
     cc = vc.cache_config
     cc.num_gpu_blocks_override = num_blocks
