@@ -95,6 +95,10 @@ def run_campaign(spec: CampaignSpec, out: Path, workers: int = 1, ray_address: s
             done_rows[cid] = row_of(cid, cell.params, json.loads(summary.read_text()))
         else:
             todo.append((cid, cell))
+    # seed-major: every finished seed completes its paired set before the next seed starts, so
+    # a campaign stopped early still has whole pairs to compare
+    order = {seed: i for i, seed in enumerate(dict.fromkeys(c.seed for c in spec.cells))}
+    todo.sort(key=lambda item: order[item[1].seed])
     say(f"campaign {spec.name}: {len(spec.cells)} cells, {len(done_rows)} finished, "
         f"{len(todo)} to run on {'Ray ' + ray_address if ray_address else f'{workers} worker(s)'}")
     t0 = time.perf_counter()
