@@ -144,8 +144,9 @@ def _build_org(choice: OrgChoice, vc: Any, shape: Any, trace: str | None,
     vc.additional_config = {**(vc.additional_config or {}), **settings.as_config()}
     plan = plan_org(settings, serving_geometry(vc), serving_grid(vc))
     env = vllm_env.setup(vc, shape, plan.num_block_ids, one_layer_each=True)
-    variables = {"HYBRIDMEM_TRACE": trace, tracing.META_ENV: json.dumps(meta or {})} \
-        if trace is not None else {"HYBRIDMEM_TRACE": None}
+    variables: dict[str, str | None] = {"HYBRIDMEM_TRACE": trace}
+    if trace is not None:
+        variables[tracing.META_ENV] = json.dumps(meta or {})
     with _env(variables):
         sched = vllm_env.stock_scheduler(env, OrgScheduler)
     return Built(sched, env.kv_cache_config.num_blocks, plan.interval,
