@@ -59,6 +59,7 @@ class SimOutcome:
     preemptions: int
     wall_s: float
     step_log: StepLog
+    time_parts_s: dict[str, float]   # simulated seconds by cost-model part, summed over steps
 
 
 def make_request(r: WorkloadRequest, hasher: Any, arrival: float) -> Any:
@@ -95,6 +96,8 @@ def simulate(scheduler: Any, requests: Sequence[WorkloadRequest], cost: CostMode
     pending = sorted(requests, key=lambda r: r.arrival_s)
     preempts = _count_preemptions(scheduler)
     log = StepLog()
+    parts = dict.fromkeys(("gemm_s", "attention_s", "recurrent_s", "checkpoint_s", "overhead_s",
+                           "idle_s"), 0.0)
     now, nxt, steps, idle, done = 0.0, 0, 0, 0, 0
     total = len(pending)
     last_report = wall0
@@ -105,6 +108,7 @@ def simulate(scheduler: Any, requests: Sequence[WorkloadRequest], cost: CostMode
             records[r.request_id].submitted = r.arrival_s
             nxt += 1
         if not scheduler.has_unfinished_requests():
+            parts["idle_s"] += pending[nxt].arrival_s - now
             now = pending[nxt].arrival_s
             continue
         out = scheduler.schedule()
@@ -121,8 +125,9 @@ def simulate(scheduler: Any, requests: Sequence[WorkloadRequest], cost: CostMode
                 raise HybridMemError(
                     f"the scheduler runs nothing with {len(scheduler.waiting)} requests waiting "
                     "and none running: the KV cache is too small for one request at this budget")
-            if nxt < total:  # wait for the next arrival rather than spin
-                now = max(now, pending[nxt].arrival_s)
+            if nxt < total and pending[nxt].arrival_s > now:  # wait for it rather than spin
+                parts["idle_s"] += pending[nxt].arrival_s - now
+                now = pending[nxt].arrival_s
         else:
             idle = 0
         feats = cost.features(seqs)
@@ -130,6 +135,8 @@ def simulate(scheduler: Any, requests: Sequence[WorkloadRequest], cost: CostMode
         now += c.seconds
         if seqs:
             log.add(feats, c.seconds)
+        for name in ("gemm_s", "attention_s", "recurrent_s", "checkpoint_s", "overhead_s"):
+            parts[name] += getattr(c, name)
         ids = list(out.num_scheduled_tokens)
         sampled = set(sampled_ids)
         mro = ModelRunnerOutput(req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)},
@@ -151,4 +158,4 @@ def simulate(scheduler: Any, requests: Sequence[WorkloadRequest], cost: CostMode
             last_report = time.perf_counter()
             print(f"sim: {done}/{total} done, virtual {now:.1f} s, {steps} steps",
                   file=sys.stderr)
-    return SimOutcome(records, now, steps, preempts[0], time.perf_counter() - wall0, log)
+    return SimOutcome(records, now, steps, preempts[0], time.perf_counter() - wall0, log, parts)

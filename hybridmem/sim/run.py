@@ -147,6 +147,7 @@ def run_sim(cfg: SimConfig, progress: bool = False) -> RunResult:
         "model": shape.name, "num_blocks": built.num_blocks, "grid_tokens": built.grid_tokens,
         "block_tokens": vc.cache_config.block_size, "org_plan": built.detail.get("plan"),
         "steps": outcome.steps, "wall_s": outcome.wall_s, "init_wall_s": init_s,
+        "time_parts_s": outcome.time_parts_s,
         "cost_model": cost.describe(),
     })
     if cfg.step_log:
