@@ -11,6 +11,7 @@ the paper's grids: campaigns/*.toml.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -58,7 +59,9 @@ def run(args: argparse.Namespace) -> int:
         args.out.mkdir(parents=True, exist_ok=True)
         runs = run_campaign(spec, args.out, workers=args.workers, ray_address=args.ray)
     rows = load_runs(runs)
-    tests = analyse(rows, spec.contrasts, spec.metrics, spec.level)
+    failures = args.out / "failures.json"
+    failed = json.loads(failures.read_text()) if failures.is_file() else {}
+    tests = analyse(rows, spec.contrasts, spec.metrics, spec.level, common_seeds=bool(failed))
     js, cs = write_stats(tests, args.out)
     if tests:
         print(format_tests(tests))
@@ -68,4 +71,8 @@ def run(args: argparse.Namespace) -> int:
 
         for path in plot_all(rows, args.out / "figures"):
             print(f"figure: {path}", file=sys.stderr)
+    if failed:
+        print(f"{len(failed)} cell(s) failed; statistics pair the seeds both arms have "
+              "(dropped_seeds in stats.json): not a complete campaign", file=sys.stderr)
+        return 1
     return 0

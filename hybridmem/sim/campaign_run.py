@@ -4,6 +4,7 @@
 
     OUT/cells/<cell id>/{results.parquet, summary.json, workload.json}   one finished cell
     OUT/runs.parquet                                                      one row per cell
+    OUT/failures.json, OUT/cells/<cell id>.error                         cells that raised
     OUT/campaign.json                                                     the spec as resolved
 
 A cell writes into ``<cell id>.tmp`` and is renamed into place only when its summary exists, so
@@ -36,6 +37,18 @@ RUNS_FILE = "runs.parquet"
 
 
 def cell_job(spec_fixed: dict[str, Any], cell: dict[str, Any], out_dir: str) -> dict[str, Any]:
+    """Run one cell (see :func:`_cell_job`); a cell that raises returns ``{"error": ...}`` and
+    leaves ``<cell id>.error`` with the traceback, so one bad cell never stops the campaign."""
+    try:
+        return _cell_job(spec_fixed, cell, out_dir)
+    except Exception as exc:
+        import traceback
+
+        Path(out_dir + ".error").write_text(traceback.format_exc())
+        return {"error": f"{type(exc).__name__}: {exc}".splitlines()[0][:300]}
+
+
+def _cell_job(spec_fixed: dict[str, Any], cell: dict[str, Any], out_dir: str) -> dict[str, Any]:
     """Run one cell into ``out_dir`` (atomically); returns its runs.parquet row. Top level so
     process pools and Ray can ship it."""
     os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -93,6 +106,7 @@ def run_campaign(spec: CampaignSpec, out: Path, workers: int = 1, ray_address: s
         summary = cells_dir / cid / "summary.json"
         if summary.is_file():
             done_rows[cid] = row_of(cid, cell.params, json.loads(summary.read_text()))
+            (cells_dir / (cid + ".error")).unlink(missing_ok=True)
         else:
             todo.append((cid, cell))
     # seed-major: every finished seed completes its paired set before the next seed starts, so
@@ -103,20 +117,37 @@ def run_campaign(spec: CampaignSpec, out: Path, workers: int = 1, ray_address: s
         f"{len(todo)} to run on {'Ray ' + ray_address if ray_address else f'{workers} worker(s)'}")
     t0 = time.perf_counter()
     fixed = _fixed(spec)
+    failed: dict[str, str] = {}
     if todo:
         if ray_address:
-            _run_ray(ray_address, fixed, todo, cells_dir, done_rows, say, t0)
+            _run_ray(ray_address, fixed, todo, cells_dir, done_rows, failed, say, t0)
         elif workers == 1:
             for i, (cid, cell) in enumerate(todo, 1):
-                done_rows[cid] = cell_job(fixed, cell.params, str(cells_dir / cid))
-                say(f"  {i}/{len(todo)} {cid} ({time.perf_counter() - t0:.0f} s)")
+                _record(done_rows, failed, cid, cell_job(fixed, cell.params, str(cells_dir / cid)),
+                        f"{i}/{len(todo)}", t0, say)
         else:
-            _run_pool(workers, fixed, todo, cells_dir, done_rows, say, t0)
-    return write_runs(out, [done_rows[spec.cell_id(c)] for c in spec.cells])
+            _run_pool(workers, fixed, todo, cells_dir, done_rows, failed, say, t0)
+    _write_json(out / "failures.json", failed)
+    if failed:
+        say(f"campaign {spec.name}: {len(failed)} cell(s) failed (tracebacks in "
+            f"cells/<id>.error, list in failures.json); runs.parquet holds the rest")
+    return write_runs(out, [done_rows[cid] for cid in (spec.cell_id(c) for c in spec.cells)
+                            if cid in done_rows])
+
+
+def _record(rows: dict[str, dict[str, Any]], failed: dict[str, str], cid: str,
+            row: dict[str, Any], count: str, t0: float, say: Callable[[str], None]) -> None:
+    if "error" in row:
+        failed[cid] = row["error"]
+        say(f"  {count} {cid} FAILED: {row['error']}")
+    else:
+        rows[cid] = row
+        say(f"  {count} {cid} ({time.perf_counter() - t0:.0f} s)")
 
 
 def _run_pool(workers: int, fixed: dict[str, Any], todo: list[tuple[str, Cell]], cells_dir: Path,
-              rows: dict[str, dict[str, Any]], say: Callable[[str], None], t0: float) -> None:
+              rows: dict[str, dict[str, Any]], failed: dict[str, str], say: Callable[[str], None],
+              t0: float) -> None:
     with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
         futures: dict[Future[dict[str, Any]], str] = {
             pool.submit(cell_job, fixed, cell.params, str(cells_dir / cid)): cid
@@ -127,12 +158,12 @@ def _run_pool(workers: int, fixed: dict[str, Any], todo: list[tuple[str, Cell]],
             finished, pending = wait(pending, return_when=FIRST_COMPLETED)
             for fut in finished:
                 n += 1
-                rows[futures[fut]] = fut.result()
-                say(f"  {n}/{len(todo)} {futures[fut]} ({time.perf_counter() - t0:.0f} s)")
+                _record(rows, failed, futures[fut], fut.result(), f"{n}/{len(todo)}", t0, say)
 
 
 def _run_ray(address: str, fixed: dict[str, Any], todo: list[tuple[str, Cell]], cells_dir: Path,
-             rows: dict[str, dict[str, Any]], say: Callable[[str], None], t0: float) -> None:
+             rows: dict[str, dict[str, Any]], failed: dict[str, str], say: Callable[[str], None],
+             t0: float) -> None:
     try:
         import ray
     except ImportError:
@@ -151,8 +182,7 @@ def _run_ray(address: str, fixed: dict[str, Any], todo: list[tuple[str, Cell]], 
             ready, pending = ray.wait(pending, num_returns=1)
             for ref in ready:
                 n += 1
-                rows[refs[ref]] = ray.get(ref)
-                say(f"  {n}/{len(todo)} {refs[ref]} ({time.perf_counter() - t0:.0f} s, Ray)")
+                _record(rows, failed, refs[ref], ray.get(ref), f"{n}/{len(todo)} Ray", t0, say)
     finally:
         if started:
             ray.shutdown()

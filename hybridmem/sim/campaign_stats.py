@@ -50,8 +50,13 @@ def _matches(row: dict[str, Any], sel: dict[str, Any]) -> bool:
 
 
 def analyse(rows: list[dict[str, Any]], contrasts: tuple[Contrast, ...] | list[Contrast],
-            metrics: tuple[str, ...], level: float) -> list[dict[str, Any]]:
-    """One dict per test, Holm-adjusted over all of them (in the order produced)."""
+            metrics: tuple[str, ...], level: float, common_seeds: bool = False
+            ) -> list[dict[str, Any]]:
+    """One dict per test, Holm-adjusted over all of them (in the order produced).
+
+    ``common_seeds``: pair over the seeds both arms have and list the others in
+    ``dropped_seeds`` (for a campaign with failed cells); otherwise an unpaired seed is an
+    error."""
     tests: list[dict[str, Any]] = []
     for c in contrasts:
         free = [a for a in AXES if a not in c.num]
@@ -68,6 +73,12 @@ def analyse(rows: list[dict[str, Any]], contrasts: tuple[Contrast, ...] | list[C
                        if _matches(r, {**sel, **c.den})}
                 if not num or not den:
                     continue
+                dropped = sorted(set(num) ^ set(den))
+                if common_seeds and dropped:
+                    num = {k: v for k, v in num.items() if k in den}
+                    den = {k: v for k, v in den.items() if k in num}
+                    if len(num) < 2:
+                        continue
                 try:
                     pc = paired_contrast(num, den, level=level)
                 except StatsError as exc:
@@ -78,7 +89,8 @@ def analyse(rows: list[dict[str, Any]], contrasts: tuple[Contrast, ...] | list[C
                               "effect_pct": pc.effect_pct, "ci_low_pct": pc.ci_pct[0],
                               "ci_high_pct": pc.ci_pct[1], "level": pc.level,
                               "sign_flip_p": pc.sign_flip_p,
-                              "positive_seeds": sum(1 for d in pc.log_effects if d > 0)})
+                              "positive_seeds": sum(1 for d in pc.log_effects if d > 0),
+                              "dropped_seeds": dropped if common_seeds else []})
     if tests:
         for t, p in zip(tests, holm([t["sign_flip_p"] for t in tests]), strict=True):
             t["holm_p"] = p
