@@ -11,7 +11,7 @@ from pathlib import Path
 from hybridmem.errors import HybridMemError
 from hybridmem.vllm_plugin.faults import FAULTS
 
-DEFAULT_ORG = "vllm"
+DEFAULT_ORG = "S2"  # the organization-backed path; --org vllm keeps vLLM's own manager
 DEFAULT_BUDGET = "b160"  # tiny model: 40 pages of 128 tokens under S1/S2; forces reclaim
 
 HELP = ("serve a Poisson workload on vLLM (in-process, or through `vllm serve` over HTTP with "

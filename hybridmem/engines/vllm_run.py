@@ -148,6 +148,18 @@ def check_budget_text(text: str) -> None:
                          "or a size such as 2MiB (per layer)") from None
 
 
+def check_org_model(cfg: RunConfig, model: Path) -> None:
+    """HybridMemError before anything is written when the organization cannot serve the
+    model: D0 needs an attention fraction (a preset's, or --attention-fraction)."""
+    if cfg.org != "D0" or cfg.attention_fraction is not None:
+        return
+    from hybridmem.geometry import load_geometry
+
+    if load_geometry(str(model)).attention_fraction is None:
+        raise HybridMemError(f"--org D0 needs --attention-fraction for model {str(model)!r} "
+                             "(no preset gives one)")
+
+
 def vocab_size(model: Path) -> int:
     """The model's vocabulary size from its config.json (a caller error if unreadable)."""
     try:
@@ -175,6 +187,7 @@ def prepare_run(cfg: RunConfig) -> tuple[Path, Workload, Path, Path, Path | None
     this run's; ``None`` untraced)."""
     model = resolve_model(cfg.model, cfg.data_dir)
     workload = make_requests(cfg, vocab_size(model))
+    check_org_model(cfg, model)
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     manifest = workload.save_manifest(out / "workload.json")
@@ -216,7 +229,7 @@ def org_engine_args(cfg: RunConfig) -> dict[str, Any]:
     settings = cfg.org_settings()
     if settings is None:
         return {}
-    from hybridmem.vllm_plugin.org_scheduler import QUALNAME
+    from hybridmem.vllm_plugin.org_settings import SCHEDULER_QUALNAME as QUALNAME
 
     return {"scheduler_cls": QUALNAME, "additional_config": settings.as_config(),
             "async_scheduling": False}
@@ -231,8 +244,8 @@ def org_summary(cfg: RunConfig, scheduler: Any | None, error: str | None) -> dic
         "policy": {"cap": cfg.cap, "headroom": cfg.headroom, "pin_k": cfg.pin_k,
                    "pin_budget": cfg.pin_budget, "retention": cfg.retention,
                    "isolate": cfg.isolate},
-        "invariant_checks": ("violated: " + error if error else "passed")
-        if cfg.check_invariants else "off",
+        "invariant_checks": "violated: " + error if error else (
+            "passed" if cfg.check_invariants else "off"),
     }
     plan = getattr(scheduler, "org_plan", None)
     if settings is not None and plan is not None:

@@ -239,6 +239,8 @@ class OrgKVCacheManager:
         if computed:
             self.ops.publish(rid, computed)
             self.ops.release_superseded(rid)
+        if self.org.pages_needed(rid, total).total == 0:
+            return self.empty_kv_cache_blocks  # nothing to grow: no ALLOCATION event (as vLLM)
         result = self.ops.allocate(rid, total)
         self._sync_state()
         if not result.ok:
@@ -257,6 +259,12 @@ class OrgKVCacheManager:
         ok, need, avail = self._admission(rid, hit, total)
         if not ok:  # nothing adopted, nothing released: the request stays waiting untouched
             self.counters["admission_rejections"] += 1
+            if not any(r.holds_storage for r in self.org.requests.values()):
+                raise HybridMemError(
+                    f"{self.org.name}: request {rid} ({total} tokens) needs {need} units + "
+                    f"headroom {self._headroom[0]} but only {avail} can ever be available "
+                    f"({len(self.org.pins)} pinned); the budget {self.plan.settings.budget} is "
+                    "too small for it")
             self._emit(EventKind.ALLOCATION, request_id=rid,
                        preemption_count=request.num_preemptions, need=need, free=avail,
                        outcome=Outcome.REJECTED, requester=rid)
@@ -335,7 +343,7 @@ class OrgKVCacheManager:
             self.ops.preempt(rid)
             self.counters["preemptions"] += 1
         for table in (self._hits, self._sent, self._override, self._adopted):
-            table.pop(rid, None)  # type: ignore[attr-defined]
+            table.pop(rid, None)
         self._sync_state()
 
     def pop_blocks_for_free(self, request: Any) -> list[Any]:
@@ -443,7 +451,7 @@ class OrgKVCacheManager:
         return self._kv_blocks(attn, mamba)
 
     def get_block_ids(self, request_id: str) -> tuple[list[int], ...]:
-        return self.get_blocks(request_id).get_block_ids()  # type: ignore[no-any-return]
+        return self.get_blocks(request_id).get_block_ids()
 
     def get_block_ids_for_computed_tokens(self, request_id: str,
                                           num_computed_tokens: int) -> tuple[list[int], ...]:

@@ -51,6 +51,8 @@ from hybridmem.events import Event, EventKind
 from hybridmem.vllm_plugin import faults
 from hybridmem.vllm_plugin.org_manager import OrgKVCacheManager
 from hybridmem.vllm_plugin.org_settings import (
+    SCHEDULER_QUALNAME,
+    VIOLATION_MARK,
     OrgSettings,
     build_org,
     plan_org,
@@ -60,13 +62,21 @@ from hybridmem.vllm_plugin.org_settings import (
 )
 from hybridmem.vllm_plugin.state_table import activate as activate_state_table
 
-QUALNAME = "hybridmem.vllm_plugin.org_scheduler.OrgScheduler"
+QUALNAME = SCHEDULER_QUALNAME
 TRACER_ATTR = "_hybridmem_tracer"  # tracing.py's attribute: non-None keeps its hooks off
-VIOLATION_MARK = "HYBRIDMEM INVARIANT VIOLATION:"
 
 
 class InvariantStop(RuntimeError):
     """An App. D.2 invariant broke during serving (one line: invariant, unit, entry)."""
+
+
+def _raised_by_hybridmem(exc: BaseException) -> bool:
+    tb = exc.__traceback__
+    last = None
+    while tb is not None:
+        last = tb.tb_frame.f_code.co_filename
+        tb = tb.tb_next
+    return last is not None and ("/hybridmem/" in last or "/invariants/" in last)
 
 
 class OrgTracer:
@@ -136,6 +146,7 @@ class OrgScheduler(Scheduler):
         self.org_settings = settings
         plan = plan_org(settings, serving_geometry(vllm_config), serving_grid(vllm_config))
         self.org_plan = plan
+        self._grid = plan.grid
         faults.activate(settings.fault)
         path = os.environ.get("HYBRIDMEM_TRACE")
         sink = None
@@ -152,8 +163,10 @@ class OrgScheduler(Scheduler):
             ops = DebugOrganization(org)
             self._checker = ops
         self.org = org
-        self.kv_cache_manager = OrgKVCacheManager(self.kv_cache_manager, plan, org, ops, sink)
-        activate_state_table(self.kv_cache_manager.state_table)
+        stock = getattr(self, "kv_cache_manager")  # noqa: B009 (vLLM types it KVCacheManager)
+        manager = OrgKVCacheManager(stock, plan, org, ops, sink)
+        setattr(self, "kv_cache_manager", manager)  # noqa: B010
+        activate_state_table(manager.state_table)
         self._sink = sink
         self.org_step = 0
         setattr(self, TRACER_ATTR, OrgTracer(sink) if sink is not None else None)
@@ -187,6 +200,21 @@ class OrgScheduler(Scheduler):
         self._emit(EventKind.FINISH, request, request.num_preemptions, depth=request.num_tokens)
         return super()._free_request(request, *args, **kwargs)
 
+    # -- prefill chunks ----------------------------------------------------------------------
+    def _mamba_block_aligned_split(self, request: Any, num_new_tokens: int,
+                                   num_new_local_computed_tokens: int = 0,
+                                   num_external_computed_tokens: int = 0) -> int:
+        """vLLM's split, then also stop at the next grid boundary: the organization allocates
+        (and later publishes) a checkpoint at every boundary, and on CPU a chunk writes only
+        its end state, so every boundary must be a chunk end (seams note, trap 3)."""
+        n = super()._mamba_block_aligned_split(request, num_new_tokens,
+                                               num_new_local_computed_tokens,
+                                               num_external_computed_tokens)
+        start = (request.num_computed_tokens + num_new_local_computed_tokens
+                 + num_external_computed_tokens)
+        stop = (start // self._grid + 1) * self._grid
+        return min(n, stop - start)
+
     # -- steps -------------------------------------------------------------------------------
     def schedule(self, *args: Any, **kwargs: Any) -> Any:
         self.org_step += 1
@@ -198,12 +226,17 @@ class OrgScheduler(Scheduler):
         return self._checked(super().update_from_output, *args, **kwargs)
 
     def _checked(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        if self._checker is None:
-            return fn(*args, **kwargs)
+        """Run a scheduler step; with checks on, the App. D.2 checkers run after it. An
+        AssertionError raised inside the organization (its own accounting, e.g. under a fault)
+        or by a checker stops the engine as :class:`InvariantStop`; vLLM's own assertions
+        propagate unchanged."""
         try:
             out = fn(*args, **kwargs)
-            self._checker.check_integrity()
+            if self._checker is not None:
+                self._checker.check_integrity()
         except AssertionError as exc:
+            if self._checker is None and not _raised_by_hybridmem(exc):
+                raise
             line = f"step {self.org_step}: {self.org.name}: {exc}".replace("\n", " ")
             print(f"{VIOLATION_MARK} {line}", file=sys.stderr, flush=True)
             raise InvariantStop(line) from None

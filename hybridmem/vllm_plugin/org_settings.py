@@ -48,6 +48,8 @@ from hybridmem.units import Units, derive_units
 from hybridmem.vllm_plugin import faults
 
 CONFIG_KEY = "hybridmem"
+SCHEDULER_QUALNAME = "hybridmem.vllm_plugin.org_scheduler.OrgScheduler"  # scheduler_cls
+VIOLATION_MARK = "HYBRIDMEM INVARIANT VIOLATION:"  # the engine core's one stderr line
 ORG_NAMES = ("S0", "S1", "S2", "D0")
 
 
@@ -301,7 +303,7 @@ def install_block_override() -> None:
         n = original(vllm_config, num_blocks)
         settings = settings_from(getattr(vllm_config, "additional_config", None))
         if settings is None:
-            return n  # type: ignore[no-any-return]
+            return n
         plan = plan_org(settings, serving_geometry(vllm_config), serving_grid(vllm_config))
         return plan.num_block_ids
 
