@@ -61,6 +61,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    "paper's; a multiple of 16)")
     p.add_argument("--attention-fraction", type=float, default=None, metavar="FRAC",
                    help="D0's attention share of the budget (default: the model preset's)")
+    p.add_argument("--check-invariants", action="store_true",
+                   help="organizations: run the App. D.2 checkers after every step (slow)")
     p.add_argument("--isolate", action="store_true",
                    help="per-request cache_salt: no cross-request prefix reuse")
     g = p.add_mutually_exclusive_group()
@@ -110,6 +112,7 @@ def _config(args: argparse.Namespace) -> object:
                     cap=args.cap, headroom=args.headroom, pin_k=args.pin_k,
                     retention=args.retention, isolate=args.isolate, trace_dir=trace,
                     grid=args.grid, attention_fraction=args.attention_fraction,
+                    check_invariants=args.check_invariants,
                     out=args.out, max_model_len=args.max_model_len,
                     constants=parse_costs(args.cost), step_log=args.step_log).check()
     check_budget(cfg)
@@ -163,7 +166,13 @@ def run(args: argparse.Namespace) -> int:
     cfg = _config(args)
     from hybridmem.sim.run import run_sim
 
-    result = run_sim(cfg, progress=not args.quiet)  # type: ignore[arg-type]
+    try:
+        result = run_sim(cfg, progress=not args.quiet)  # type: ignore[arg-type]
+    except RuntimeError as exc:
+        if type(exc).__name__ != "InvariantStop":
+            raise
+        print(f"hybridmem sim: invariant violation: {exc}", file=sys.stderr)
+        return 1
     s = result.summary
     keys = ("org", "budget", "device", "seed", "requests", "completed", "throughput_tok_s",
             "ttft_p50", "ttft_p99", "e2e_p50", "e2e_p99", "preemptions", "prefix_hit_tokens",

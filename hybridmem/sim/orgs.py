@@ -42,6 +42,7 @@ class OrgChoice:
     retention: bool = False
     grid: int | None = None    # organizations: scheduler block = checkpoint grid (default 512)
     attention_fraction: float | None = None  # D0's split (default: the model preset's)
+    check_invariants: bool = False  # App. D.2 checkers after every step (slow)
 
 
 @dataclass(frozen=True)
@@ -138,7 +139,8 @@ def _build_org(choice: OrgChoice, vc: Any, shape: Any, trace: str | None,
             frac = shape.geometry.attention_fraction
         settings = OrgSettings(org=choice.org, budget=choice.budget, headroom=choice.headroom,
                                pin_k=choice.pin_k, retention=choice.retention,
-                               attention_fraction=frac).check()
+                               attention_fraction=frac,
+                               check_invariants=choice.check_invariants).check()
     except ValueError as exc:
         raise HybridMemError(str(exc)) from None
     vc.additional_config = {**(vc.additional_config or {}), **settings.as_config()}
@@ -148,9 +150,28 @@ def _build_org(choice: OrgChoice, vc: Any, shape: Any, trace: str | None,
     if trace is not None:
         variables[tracing.META_ENV] = json.dumps(meta or {})
     with _env(variables):
-        sched = vllm_env.stock_scheduler(env, OrgScheduler)
+        sched = vllm_env.stock_scheduler(env, gpu_chunking_scheduler(OrgScheduler))
     return Built(sched, env.kv_cache_config.num_blocks, plan.interval,
                  {"hasher": env.block_hasher, "plan": plan.as_dict()})
+
+
+def gpu_chunking_scheduler(org_scheduler: type) -> type:
+    """``OrgScheduler`` with vLLM's own prefill split, as on a GPU.
+
+    The adapter stops every prefill chunk at each grid boundary because on CPU a chunk writes
+    only its end state (seams note, trap 3). A GPU's align-mode kernels write every boundary
+    state a chunk crosses, so a GPU run (the paper's, and what the simulator prices) lets one
+    chunk cross several 512-token boundaries up to ``max_num_batched_tokens``. Nothing else of
+    the adapter changes; the organization still allocates and publishes a checkpoint at every
+    boundary from ``num_computed_tokens``."""
+    from vllm.v1.core.sched.scheduler import Scheduler
+
+    def _mamba_block_aligned_split(self: Any, *args: Any, **kwargs: Any) -> int:
+        return Scheduler._mamba_block_aligned_split(self, *args, **kwargs)  # type: ignore[no-any-return]
+
+    return type("GpuChunkingOrgScheduler", (org_scheduler,),
+                {"_mamba_block_aligned_split": _mamba_block_aligned_split,
+                 "__module__": __name__})
 
 
 @contextmanager

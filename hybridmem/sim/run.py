@@ -49,6 +49,7 @@ class SimConfig:
     isolate: bool = False
     grid: int | None = None      # organizations' block/checkpoint grid (None: 512, the paper's)
     attention_fraction: float | None = None  # D0 split (None: the model preset's)
+    check_invariants: bool = False  # organizations: App. D.2 checkers after every step
     trace_dir: Path | None = None
     out: Path = Path("out/sim")
     max_model_len: int = 8192
@@ -118,7 +119,7 @@ def run_sim(cfg: SimConfig, progress: bool = False) -> RunResult:
     vc = vllm_env.engine_config(shape, cfg.cap, cfg.max_model_len,
                                 device.max_num_batched_tokens, cfg.seed)
     choice = orgs.OrgChoice(cfg.org, cfg.budget, cfg.headroom, cfg.pin_k, cfg.retention,
-                            cfg.grid, cfg.attention_fraction)
+                            cfg.grid, cfg.attention_fraction, cfg.check_invariants)
     trace, meta = _trace_target(cfg, device) if cfg.trace_dir is not None else (None, None)
     built = orgs.build(choice, vc, shape, trace, meta)
     sched = built.scheduler
