@@ -167,7 +167,7 @@ def gpu_chunking_scheduler(org_scheduler: type) -> type:
     from vllm.v1.core.sched.scheduler import Scheduler
 
     def _mamba_block_aligned_split(self: Any, *args: Any, **kwargs: Any) -> int:
-        return Scheduler._mamba_block_aligned_split(self, *args, **kwargs)  # type: ignore[no-any-return]
+        return int(Scheduler._mamba_block_aligned_split(self, *args, **kwargs))
 
     return type("GpuChunkingOrgScheduler", (org_scheduler,),
                 {"_mamba_block_aligned_split": _mamba_block_aligned_split,
