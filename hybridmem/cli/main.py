@@ -40,6 +40,8 @@ COMMANDS: dict[str, str] = {
     "model": "hybridmem.cli.model",
     "run": "hybridmem.cli.run",
     "continuation": "hybridmem.cli.continuation",
+    "sim": "hybridmem.cli.sim",
+    "campaign": "hybridmem.cli.campaign",
 }
 
 USAGE_EXIT = 2

@@ -1,0 +1,184 @@
+"""``hybridmem sim``: a serving run on vLLM's real scheduler with a GPU cost model, no GPU.
+
+    hybridmem sim --out DIR [--org vllm|S0|S1|S2|D0] [--budget b63] [--device a100-40gb]
+                  [--model falcon-h1-7b] [run options as in ``hybridmem run``]
+    hybridmem sim calibrate TIMING.csv|.parquet [--model M] [--device D] [--org O] [--json]
+                  [--out FIT.json]
+
+Writes results.parquet, summary.json, workload.json (and trace/trace.hmt unless --no-trace)
+like ``hybridmem run``; every time in them is simulated GPU time (hybridmem/sim/README.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+from pathlib import Path
+
+from hybridmem.errors import HybridMemError
+
+HELP = ("simulate a serving run: vLLM's real scheduler, the organizations, a GPU cost model "
+        "(a100-40gb, h100-80gb, h200) and virtual time; 'sim calibrate' fits the cost model")
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    from hybridmem.sim.devices import DEVICES
+    from hybridmem.sim.model_shape import SHIPPED
+    from hybridmem.sim.orgs import ORGS
+
+    p = sub.add_parser("sim", help=HELP, description=HELP + ".\n\n" + __doc__.split("\n\n")[1],
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("form", nargs="*", metavar="calibrate TIMING",
+                   help="'calibrate TIMING': fit the cost constants to measured step times")
+    p.add_argument("--model", default="falcon-h1-7b", metavar="M",
+                   help=f"preset ({', '.join(SHIPPED)}), a config.json or a model directory "
+                   "(default falcon-h1-7b)")
+    p.add_argument("--device", default="a100-40gb", choices=sorted(DEVICES),
+                   help="GPU preset of the cost model (default a100-40gb, the paper's)")
+    p.add_argument("--org", default="vllm", choices=ORGS,
+                   help="memory organization ('vllm': vLLM's own KV-cache manager; default)")
+    p.add_argument("--budget", default="b63", metavar="B",
+                   help="per-layer budget: label bN, bytes, or a size like 96MiB (default b63)")
+    p.add_argument("--requests", type=int, default=300, metavar="N", help="requests (300)")
+    p.add_argument("--rate", type=float, default=3.0, metavar="R",
+                   help="Poisson arrival rate, requests/s (default 3)")
+    p.add_argument("--share", type=float, default=0.5, metavar="Q",
+                   help="shared-prefix fraction q in [0, 1] (default 0.5)")
+    p.add_argument("--seed", type=int, default=0, metavar="S", help="workload seed (default 0)")
+    p.add_argument("--cap", type=int, default=63, metavar="C",
+                   help="running-sequence cap, vLLM max_num_seqs (default 63)")
+    p.add_argument("--headroom", type=float, default=0.0, metavar="F",
+                   help="admission headroom fraction f in [0, 1) (organizations only)")
+    p.add_argument("--pin-k", type=int, default=None, choices=(1, 2, 3),
+                   help="preemption-time pinning threshold K (organizations only; off by default)")
+    p.add_argument("--retention", action="store_true",
+                   help="producer-side retention (S2+Retention)")
+    p.add_argument("--grid", type=int, default=None, metavar="TOKENS",
+                   help="organizations: block and checkpoint grid in tokens (default 512, the "
+                   "paper's; a multiple of 16)")
+    p.add_argument("--attention-fraction", type=float, default=None, metavar="FRAC",
+                   help="D0's attention share of the budget (default: the model preset's)")
+    p.add_argument("--check-invariants", action="store_true",
+                   help="organizations: run the App. D.2 checkers after every step (slow)")
+    p.add_argument("--isolate", action="store_true",
+                   help="per-request cache_salt: no cross-request prefix reuse")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--trace", type=Path, default=None, metavar="DIR",
+                   help="write the event trace into DIR (default: OUT/trace)")
+    g.add_argument("--no-trace", action="store_true", help="run without tracing hooks")
+    p.add_argument("--max-model-len", type=int, default=8192, metavar="T",
+                   help="model limit the workload is scaled to (default 8192, the paper's)")
+    p.add_argument("--cost", action="append", default=[], metavar="NAME=VALUE",
+                   help="override one cost constant (repeatable), e.g. --cost mfu=0.5")
+    p.add_argument("--step-log", action="store_true",
+                   help="also write OUT/steps.parquet (per-step features and durations)")
+    p.add_argument("--out", type=Path, default=None, metavar="DIR",
+                   help="output directory (a run); for calibrate: the fit as JSON")
+    p.add_argument("--json", action="store_true", help="calibrate: print the fit as JSON")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    p.set_defaults(func=run)
+
+
+def parse_costs(items: list[str]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        try:
+            v = float(value)
+        except ValueError:
+            v = math.nan
+        if not sep or not name or not math.isfinite(v):
+            raise HybridMemError(f"--cost {item!r}: expected NAME=VALUE with a finite number")
+        out[name.strip()] = v
+    from hybridmem.sim.cost import CostConstants
+
+    CostConstants().with_values(**out)
+    return out
+
+
+def _config(args: argparse.Namespace) -> object:
+    from hybridmem.sim.run import SimConfig, check_budget
+
+    if args.out is None:
+        raise HybridMemError("--out DIR is required")
+    if args.out.exists() and not args.out.is_dir():
+        raise HybridMemError(f"--out {str(args.out)!r} exists and is not a directory")
+    trace = None if args.no_trace else (args.trace or args.out / "trace")
+    cfg = SimConfig(model=args.model, device=args.device, org=args.org, budget=args.budget,
+                    requests=args.requests, rate=args.rate, share=args.share, seed=args.seed,
+                    cap=args.cap, headroom=args.headroom, pin_k=args.pin_k,
+                    retention=args.retention, isolate=args.isolate, trace_dir=trace,
+                    grid=args.grid, attention_fraction=args.attention_fraction,
+                    check_invariants=args.check_invariants,
+                    out=args.out, max_model_len=args.max_model_len,
+                    constants=parse_costs(args.cost), step_log=args.step_log).check()
+    check_budget(cfg)
+    return cfg
+
+
+def _calibrate(args: argparse.Namespace) -> int:
+    from hybridmem.sim.calibrate import fit, load_timing
+    from hybridmem.sim.cost import CostConstants, CostModel
+    from hybridmem.sim.devices import get_device
+    from hybridmem.sim.model_shape import load_shape
+    from hybridmem.sim.orgs import default_grid
+
+    if len(args.form) != 2:
+        raise HybridMemError(f"'calibrate' takes exactly one TIMING file, got {args.form[1:]}")
+    shape = load_shape(args.model)
+    device = get_device(args.device)
+    grid = default_grid(args.org, shape.geometry)
+    model = CostModel(shape, device, args.org, grid,
+                      CostConstants().with_values(**parse_costs(args.cost)))
+    cols = load_timing(args.form[1])
+    result = fit(model, cols).as_dict()
+    result.update({"model": shape.name, "device": device.name, "org": args.org,
+                   "timing": args.form[1]})
+    text = json.dumps(result, indent=2)
+    if args.out is not None:
+        if Path(args.out).resolve() == Path(args.form[1]).resolve():
+            raise HybridMemError("--out must not be the timing file")
+        tmp = Path(str(args.out) + ".tmp")
+        tmp.write_text(text + "\n")
+        os.replace(tmp, args.out)
+    if args.json:
+        print(text)
+    else:
+        k = result["constants"]
+        print(f"fit over {result['rows']} steps ({result['rounds']} rounds): "
+              f"rmse {result['rmse_before_s'] * 1e3:.3f} -> {result['rmse_s'] * 1e3:.3f} ms, "
+              f"R^2 {result['r2']:.4f}")
+        for name, value in k.items():
+            print(f"  {name:<20} {value:.6g}")
+        print("use them with: " + " ".join(f"--cost {n}={v:.6g}" for n, v in k.items()))
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.form:
+        if args.form[0] != "calibrate":
+            raise HybridMemError(f"unknown form {args.form[0]!r}; the only form is "
+                                 "'calibrate TIMING' (a run takes options only)")
+        return _calibrate(args)
+    cfg = _config(args)
+    from hybridmem.sim.run import run_sim
+
+    try:
+        result = run_sim(cfg, progress=not args.quiet)  # type: ignore[arg-type]
+    except RuntimeError as exc:
+        if type(exc).__name__ != "InvariantStop":
+            raise
+        print(f"hybridmem sim: invariant violation: {exc}", file=sys.stderr)
+        return 1
+    s = result.summary
+    keys = ("org", "budget", "device", "seed", "requests", "completed", "throughput_tok_s",
+            "ttft_p50", "ttft_p99", "e2e_p50", "e2e_p99", "preemptions", "prefix_hit_tokens",
+            "num_blocks", "steps", "wall_s", "trace_path", "trace_verdict")
+    print(json.dumps({k: s[k] for k in keys}, indent=2))
+    print(f"wrote {result.results_path}, {result.summary_path}, {result.manifest_path}",
+          file=sys.stderr)
+    verdict = s.get("trace_verdict")
+    return 1 if isinstance(verdict, dict) and not verdict.get("accepted") else 0

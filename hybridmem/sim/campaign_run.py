@@ -1,0 +1,205 @@
+"""Run a campaign's cells: local worker processes or a Ray cluster; resumable; runs.parquet.
+
+::
+
+    OUT/cells/<cell id>/{results.parquet, summary.json, workload.json}   one finished cell
+    OUT/runs.parquet                                                      one row per cell
+    OUT/failures.json, OUT/cells/<cell id>.error                         cells that raised
+    OUT/campaign.json                                                     the spec as resolved
+
+A cell writes into ``<cell id>.tmp`` and is renamed into place only when its summary exists, so
+a cell directory is always a finished run: rerunning the campaign skips it (resume). Workers are
+separate processes (``spawn``), each importing vLLM once and then taking cells one by one; with
+``--ray ADDRESS`` each cell is a Ray task instead (``ADDRESS`` = ``local`` starts a local Ray).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import time
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import asdict
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any
+
+from hybridmem.errors import HybridMemError
+from hybridmem.sim.campaign_spec import AXES, CampaignSpec, Cell
+
+METRICS = ("throughput_tok_s", "throughput_ledger_tok_s", "ttft_p50", "ttft_p99", "e2e_p50",
+           "e2e_p99", "preemptions", "prefix_hit_tokens", "requests", "completed",
+           "output_tokens", "request_span_s", "num_blocks", "steps", "wall_s")
+RUNS_FILE = "runs.parquet"
+
+
+def cell_job(spec_fixed: dict[str, Any], cell: dict[str, Any], out_dir: str) -> dict[str, Any]:
+    """Run one cell (see :func:`_cell_job`); a cell that raises returns ``{"error": ...}`` and
+    leaves ``<cell id>.error`` with the traceback, so one bad cell never stops the campaign."""
+    try:
+        return _cell_job(spec_fixed, cell, out_dir)
+    except Exception as exc:
+        import traceback
+
+        Path(out_dir + ".error").write_text(traceback.format_exc())
+        return {"error": f"{type(exc).__name__}: {exc}".splitlines()[0][:300]}
+
+
+def _cell_job(spec_fixed: dict[str, Any], cell: dict[str, Any], out_dir: str) -> dict[str, Any]:
+    """Run one cell into ``out_dir`` (atomically); returns its runs.parquet row. Top level so
+    process pools and Ray can ship it."""
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    from hybridmem.sim.run import SimConfig, run_sim
+
+    final = Path(out_dir)
+    tmp = final.with_name(final.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    cfg = SimConfig(model=spec_fixed["model"], device=spec_fixed["device"], org=cell["org"],
+                    budget=cell["budget"], requests=spec_fixed["requests"], rate=cell["rate"],
+                    share=cell["share"], seed=cell["seed"], cap=cell["cap"],
+                    headroom=cell["headroom"], pin_k=cell["pin_k"], retention=cell["retention"],
+                    isolate=cell["isolate"], trace_dir=None, out=tmp,
+                    max_model_len=spec_fixed["max_model_len"], constants=spec_fixed["cost"],
+                    grid=spec_fixed.get("grid"),
+                    attention_fraction=spec_fixed.get("attention_fraction"))
+    run_sim(cfg)
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    return row_of(final.name, cell, json.loads((final / "summary.json").read_text()))
+
+
+def row_of(cell_id: str, cell: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any]:
+    row: dict[str, Any] = {"cell_id": cell_id}
+    row.update({k: cell[k] for k in (*AXES, "seed")})
+    row["pin_k"] = -1 if cell["pin_k"] is None else int(cell["pin_k"])  # -1: off (typed column)
+    for m in METRICS:
+        v = summary.get(m)
+        row[m] = float(v) if v is not None else float("nan")
+    return row
+
+
+def _fixed(spec: CampaignSpec) -> dict[str, Any]:
+    return {"model": spec.model, "device": spec.device, "requests": spec.requests,
+            "max_model_len": spec.max_model_len, "cost": dict(spec.cost), "grid": spec.grid,
+            "attention_fraction": spec.attention_fraction}
+
+
+def run_campaign(spec: CampaignSpec, out: Path, workers: int = 1, ray_address: str | None = None,
+                 log: Callable[[str], None] | None = None) -> Path:
+    """Run every unfinished cell of ``spec`` and write ``out/runs.parquet``."""
+    say = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+    if not isinstance(workers, int) or not 1 <= workers <= 256:
+        raise HybridMemError(f"workers must be an integer in [1, 256], got {workers}")
+    cells_dir = out / "cells"
+    cells_dir.mkdir(parents=True, exist_ok=True)
+    _write_json(out / "campaign.json", {"name": spec.name, "fixed": _fixed(spec),
+                                        "cells": len(spec.cells), "metrics": spec.metrics,
+                                        "contrasts": [asdict(c) for c in spec.contrasts]})
+    todo: list[tuple[str, Cell]] = []
+    done_rows: dict[str, dict[str, Any]] = {}
+    for cell in spec.cells:
+        cid = spec.cell_id(cell)
+        summary = cells_dir / cid / "summary.json"
+        if summary.is_file():
+            done_rows[cid] = row_of(cid, cell.params, json.loads(summary.read_text()))
+            (cells_dir / (cid + ".error")).unlink(missing_ok=True)
+        else:
+            todo.append((cid, cell))
+    # seed-major: every finished seed completes its paired set before the next seed starts, so
+    # a campaign stopped early still has whole pairs to compare
+    order = {seed: i for i, seed in enumerate(dict.fromkeys(c.seed for c in spec.cells))}
+    todo.sort(key=lambda item: order[item[1].seed])
+    say(f"campaign {spec.name}: {len(spec.cells)} cells, {len(done_rows)} finished, "
+        f"{len(todo)} to run on {'Ray ' + ray_address if ray_address else f'{workers} worker(s)'}")
+    t0 = time.perf_counter()
+    fixed = _fixed(spec)
+    failed: dict[str, str] = {}
+    if todo:
+        if ray_address:
+            _run_ray(ray_address, fixed, todo, cells_dir, done_rows, failed, say, t0)
+        elif workers == 1:
+            for i, (cid, cell) in enumerate(todo, 1):
+                _record(done_rows, failed, cid, cell_job(fixed, cell.params, str(cells_dir / cid)),
+                        f"{i}/{len(todo)}", t0, say)
+        else:
+            _run_pool(workers, fixed, todo, cells_dir, done_rows, failed, say, t0)
+    _write_json(out / "failures.json", failed)
+    if failed:
+        say(f"campaign {spec.name}: {len(failed)} cell(s) failed (tracebacks in "
+            f"cells/<id>.error, list in failures.json); runs.parquet holds the rest")
+    return write_runs(out, [done_rows[cid] for cid in (spec.cell_id(c) for c in spec.cells)
+                            if cid in done_rows])
+
+
+def _record(rows: dict[str, dict[str, Any]], failed: dict[str, str], cid: str,
+            row: dict[str, Any], count: str, t0: float, say: Callable[[str], None]) -> None:
+    if "error" in row:
+        failed[cid] = row["error"]
+        say(f"  {count} {cid} FAILED: {row['error']}")
+    else:
+        rows[cid] = row
+        say(f"  {count} {cid} ({time.perf_counter() - t0:.0f} s)")
+
+
+def _run_pool(workers: int, fixed: dict[str, Any], todo: list[tuple[str, Cell]], cells_dir: Path,
+              rows: dict[str, dict[str, Any]], failed: dict[str, str], say: Callable[[str], None],
+              t0: float) -> None:
+    with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
+        futures: dict[Future[dict[str, Any]], str] = {
+            pool.submit(cell_job, fixed, cell.params, str(cells_dir / cid)): cid
+            for cid, cell in todo}
+        pending = set(futures)
+        n = 0
+        while pending:
+            finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for fut in finished:
+                n += 1
+                _record(rows, failed, futures[fut], fut.result(), f"{n}/{len(todo)}", t0, say)
+
+
+def _run_ray(address: str, fixed: dict[str, Any], todo: list[tuple[str, Cell]], cells_dir: Path,
+             rows: dict[str, dict[str, Any]], failed: dict[str, str], say: Callable[[str], None],
+             t0: float) -> None:
+    try:
+        import ray
+    except ImportError:
+        raise HybridMemError("--ray needs the 'ray' package (pip install ray)") from None
+    started = not ray.is_initialized()
+    if started:
+        ray.init(address=None if address == "local" else address, include_dashboard=False,
+                 log_to_driver=False, runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}})
+    try:
+        remote = ray.remote(num_cpus=1)(cell_job)
+        refs = {remote.remote(fixed, cell.params, str(cells_dir / cid)): cid
+                for cid, cell in todo}
+        pending = list(refs)
+        n = 0
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1)
+            for ref in ready:
+                n += 1
+                _record(rows, failed, refs[ref], ray.get(ref), f"{n}/{len(todo)} Ray", t0, say)
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def write_runs(out: Path, rows: list[dict[str, Any]]) -> Path:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = out / RUNS_FILE
+    tmp = out / (RUNS_FILE + ".tmp")
+    pq.write_table(pa.Table.from_pylist(rows), tmp)
+    os.replace(tmp, path)
+    return path
+
+
+def _write_json(path: Path, obj: Any) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=2, default=str) + "\n")
+    os.replace(tmp, path)

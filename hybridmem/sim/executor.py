@@ -1,0 +1,161 @@
+"""The simulated executor: vLLM's scheduler steps on a virtual clock priced by the cost model.
+
+One loop stands in for the engine core and the GPU worker::
+
+    now = 0
+    loop:
+        submit every request whose planned arrival <= now        (Scheduler.add_request)
+        idle and nothing running: now = next arrival, continue
+        out  = scheduler.schedule()                              (admission, preemption, reuse:
+                                                                  vLLM's own code and the KV-cache
+                                                                  manager it was built with)
+        now += cost.step(scheduled sequences).seconds
+        one synthetic token for every sequence whose prefill is complete after this step
+        scheduler.update_from_output(out, ModelRunnerOutput)     (finishing, freeing, caching)
+        first token / finish of a request: stamped at the new ``now``
+
+Output tokens are synthetic (``ignore_eos``, ``max_tokens`` = the workload's output target), so
+every request ends with finish reason ``length`` after exactly its target. Token ids are one
+fixed id; they enter block hashes of output blocks exactly as real tokens would, but no request
+can share them with another (prompts differ before them).
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from hybridmem.engines.run_results import RequestRecord
+from hybridmem.errors import HybridMemError
+from hybridmem.sim.cost import CostModel, Seq, StepFeatures
+from hybridmem.workload import WorkloadRequest
+
+SYNTHETIC_TOKEN = 42
+MAX_IDLE_STEPS = 10_000   # schedule() calls in a row that run nothing before we call it stuck
+
+
+@dataclass
+class StepLog:
+    """Per-step features (the columns calibration fits against) and simulated durations."""
+
+    columns: dict[str, list[float]] = field(default_factory=lambda: {
+        name: [] for name in (*StepFeatures._fields, "seconds")})
+
+    def add(self, f: StepFeatures, seconds: float) -> None:
+        for name, value in zip(StepFeatures._fields, f, strict=True):
+            self.columns[name].append(value)
+        self.columns["seconds"].append(seconds)
+
+
+@dataclass
+class SimOutcome:
+    records: dict[str, RequestRecord]
+    end_s: float          # virtual time of the last step
+    steps: int
+    preemptions: int
+    wall_s: float
+    step_log: StepLog
+    time_parts_s: dict[str, float]   # simulated seconds by cost-model part, summed over steps
+
+
+def make_request(r: WorkloadRequest, hasher: Any, arrival: float) -> Any:
+    from vllm import SamplingParams
+    from vllm.v1.request import Request
+
+    params = SamplingParams(max_tokens=r.max_output_tokens, temperature=0.0, ignore_eos=True)
+    return Request(request_id=r.request_id, prompt_token_ids=list(r.prompt_token_ids),
+                   sampling_params=params, pooling_params=None, arrival_time=arrival,
+                   cache_salt=r.cache_salt, block_hasher=hasher)
+
+
+def _count_preemptions(scheduler: Any) -> list[int]:
+    counter = [0]
+    orig = scheduler._preempt_request
+
+    def preempt(request: Any, *args: Any, **kwargs: Any) -> Any:
+        counter[0] += 1
+        return orig(request, *args, **kwargs)
+
+    scheduler._preempt_request = preempt
+    return counter
+
+
+def simulate(scheduler: Any, requests: Sequence[WorkloadRequest], cost: CostModel,
+             hasher: Any, progress: bool = False) -> SimOutcome:
+    """Serve ``requests`` (open loop, planned arrivals) through ``scheduler`` on virtual time."""
+    from vllm.v1.outputs import ModelRunnerOutput
+
+    wall0 = time.perf_counter()
+    records = {r.request_id: RequestRecord(r) for r in requests}
+    for rec in records.values():
+        rec.engine_id = rec.spec.request_id
+    pending = sorted(requests, key=lambda r: r.arrival_s)
+    preempts = _count_preemptions(scheduler)
+    log = StepLog()
+    parts = dict.fromkeys(("gemm_s", "attention_s", "recurrent_s", "checkpoint_s", "overhead_s",
+                           "idle_s"), 0.0)
+    now, nxt, steps, idle, done = 0.0, 0, 0, 0, 0
+    total = len(pending)
+    last_report = wall0
+    while nxt < total or scheduler.has_unfinished_requests():
+        while nxt < total and pending[nxt].arrival_s <= now:
+            r = pending[nxt]
+            scheduler.add_request(make_request(r, hasher, r.arrival_s))
+            records[r.request_id].submitted = r.arrival_s
+            nxt += 1
+        if not scheduler.has_unfinished_requests():
+            parts["idle_s"] += pending[nxt].arrival_s - now
+            now = pending[nxt].arrival_s
+            continue
+        out = scheduler.schedule()
+        steps += 1
+        seqs, sampled_ids = [], []
+        for rid, n in out.num_scheduled_tokens.items():
+            req = scheduler.requests[rid]
+            seqs.append(Seq(int(n), int(req.num_computed_tokens) - int(n)))
+            if req.num_computed_tokens >= req.num_tokens:
+                sampled_ids.append(rid)
+        if not seqs:
+            idle += 1
+            if idle > MAX_IDLE_STEPS and nxt >= total:
+                raise HybridMemError(
+                    f"the scheduler runs nothing with {len(scheduler.waiting)} requests waiting "
+                    "and none running: the KV cache is too small for one request at this budget")
+            if nxt < total and pending[nxt].arrival_s > now:  # wait for it rather than spin
+                parts["idle_s"] += pending[nxt].arrival_s - now
+                now = pending[nxt].arrival_s
+        else:
+            idle = 0
+        feats = cost.features(seqs)
+        c = cost.time(feats)
+        now += c.seconds
+        if seqs:
+            log.add(feats, c.seconds)
+        for name in ("gemm_s", "attention_s", "recurrent_s", "checkpoint_s", "overhead_s"):
+            parts[name] += getattr(c, name)
+        ids = list(out.num_scheduled_tokens)
+        sampled = set(sampled_ids)
+        mro = ModelRunnerOutput(req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)},
+                                sampled_token_ids=[[SYNTHETIC_TOKEN] if r in sampled else []
+                                                   for r in ids])
+        for eco in scheduler.update_from_output(out, mro).values():
+            for o in eco.outputs:
+                rec = records[o.request_id]
+                if o.new_token_ids and math.isnan(rec.first_token):
+                    rec.first_token = now
+                    if o.prefill_stats is not None:
+                        rec.cached_tokens = int(o.prefill_stats.num_cached_tokens)
+                rec.token_ids.extend(o.new_token_ids)
+                if o.finish_reason is not None:
+                    rec.finished = now
+                    rec.finish_reason = str(o.finish_reason)
+                    done += 1
+        if progress and time.perf_counter() - last_report > 2.0:
+            last_report = time.perf_counter()
+            print(f"sim: {done}/{total} done, virtual {now:.1f} s, {steps} steps",
+                  file=sys.stderr)
+    return SimOutcome(records, now, steps, preempts[0], time.perf_counter() - wall0, log, parts)

@@ -1,0 +1,176 @@
+"""One simulated serving run: the same outputs as ``hybridmem run``, on virtual time.
+
+    SimConfig -> workload (hybridmem.workload, SPEC §10, model limit 8,192 by default)
+              -> VllmConfig (no weights) -> organization seam (.orgs) -> scheduler
+              -> [trace hooks: hybridmem.vllm_plugin.tracing.attach, the real run's]
+              -> executor (.executor) priced by the cost model (.cost) on a device (.devices)
+              -> results.parquet, summary.json, workload.json (hybridmem.engines.run_results)
+                 [+ trace/trace.hmt, steps.parquet]
+
+Times in results and summary are virtual seconds (the cost model's), so ``throughput_tok_s`` is
+the simulated GPU's; ``wall_s`` is what the simulation itself took. The ledger interval is the
+request span here (a simulated engine has no shutdown to pay for).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hybridmem.engines.run_results import RunResult, summarize, write_run
+from hybridmem.errors import HybridMemError
+from hybridmem.sim import executor, orgs, vllm_env
+from hybridmem.sim.cost import CostConstants, CostModel
+from hybridmem.sim.devices import DEVICES, get_device
+from hybridmem.sim.model_shape import load_shape
+from hybridmem.workload import WorkloadSpec, make_workload
+
+TRACE_FILE = "trace.hmt"
+MAX_REQUESTS = 100_000
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    model: str = "falcon-h1-7b"
+    device: str = "a100-40gb"
+    org: str = "vllm"
+    budget: str = "b63"
+    requests: int = 300
+    rate: float = 3.0
+    share: float = 0.5
+    seed: int = 0
+    cap: int = 63
+    headroom: float = 0.0
+    pin_k: int | None = None
+    retention: bool = False
+    isolate: bool = False
+    grid: int | None = None      # organizations' block/checkpoint grid (None: 512, the paper's)
+    attention_fraction: float | None = None  # D0 split (None: the model preset's)
+    check_invariants: bool = False  # organizations: App. D.2 checkers after every step
+    trace_dir: Path | None = None
+    out: Path = Path("out/sim")
+    max_model_len: int = 8192
+    constants: dict[str, float] = field(default_factory=dict)
+    step_log: bool = False
+
+    def check(self) -> SimConfig:
+        """Every field's type and range; HybridMemError naming the offending value."""
+        def bad(msg: str) -> HybridMemError:
+            return HybridMemError(msg)
+        if self.device not in DEVICES:
+            raise bad(f"unknown device {self.device!r}; expected one of {', '.join(DEVICES)}")
+        if self.org not in orgs.ORGS:
+            raise bad(f"unknown organization {self.org!r}; expected one of "
+                      f"{', '.join(orgs.ORGS)}")
+        if not (isinstance(self.requests, int) and 1 <= self.requests <= MAX_REQUESTS):
+            raise bad(f"requests must be an integer in [1, {MAX_REQUESTS}], got {self.requests}")
+        if not (isinstance(self.rate, (int, float)) and math.isfinite(self.rate)
+                and self.rate > 0):
+            raise bad(f"rate must be a finite number > 0 requests/s, got {self.rate}")
+        if not (isinstance(self.share, (int, float)) and 0.0 <= self.share <= 1.0):
+            raise bad(f"share must lie in [0, 1], got {self.share}")
+        if not (isinstance(self.seed, int) and 0 <= self.seed < 2**32):
+            raise bad(f"seed must be an integer in [0, 2^32), got {self.seed}")
+        if not (isinstance(self.cap, int) and 1 <= self.cap <= 4096):
+            raise bad(f"cap must be an integer in [1, 4096], got {self.cap}")
+        if not (isinstance(self.headroom, (int, float)) and math.isfinite(self.headroom)
+                and 0.0 <= self.headroom < 1.0):
+            raise bad(f"headroom must be a finite fraction in [0, 1), got {self.headroom}")
+        if self.pin_k is not None and self.pin_k not in (1, 2, 3):
+            raise bad(f"pin-k must be 1, 2 or 3, got {self.pin_k}")
+        if self.grid is not None and not (isinstance(self.grid, int) and 16 <= self.grid <= 65536
+                                          and self.grid % 16 == 0):
+            raise bad(f"grid must be a multiple of 16 tokens in [16, 65536], got {self.grid}")
+        if self.attention_fraction is not None and not (
+                isinstance(self.attention_fraction, float)
+                and 0.0 < self.attention_fraction < 1.0):
+            raise bad(f"attention fraction must lie in (0, 1), got {self.attention_fraction}")
+        if not (isinstance(self.max_model_len, int) and 64 <= self.max_model_len <= 1 << 20):
+            raise bad(f"max model length must be an integer in [64, 2^20], "
+                      f"got {self.max_model_len}")
+        CostConstants().with_values(**self.constants)
+        return self
+
+
+def check_budget(cfg: SimConfig) -> None:
+    """The budget parses for the model (before any vLLM import): one-line error otherwise."""
+    from hybridmem.budget import parse_budget
+    from hybridmem.units import derive_units
+
+    parse_budget(cfg.budget, derive_units(load_shape(cfg.model).geometry))
+
+
+def run_sim(cfg: SimConfig, progress: bool = False) -> RunResult:
+    """Simulate one run and write its outputs into ``cfg.out``."""
+    cfg.check()
+    check_budget(cfg)
+    t_init = time.perf_counter()
+    shape = load_shape(cfg.model)
+    device = get_device(cfg.device)
+    workload = make_workload(WorkloadSpec(
+        vocab_size=shape.vocab, num_requests=cfg.requests, rate=cfg.rate, share=cfg.share,
+        seed=cfg.seed, isolate=cfg.isolate, model_limit=cfg.max_model_len))
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    manifest = workload.save_manifest(out / "workload.json")
+    vc = vllm_env.engine_config(shape, cfg.cap, cfg.max_model_len,
+                                device.max_num_batched_tokens, cfg.seed)
+    choice = orgs.OrgChoice(cfg.org, cfg.budget, cfg.headroom, cfg.pin_k, cfg.retention,
+                            cfg.grid, cfg.attention_fraction, cfg.check_invariants)
+    trace, meta = _trace_target(cfg, device) if cfg.trace_dir is not None else (None, None)
+    built = orgs.build(choice, vc, shape, trace, meta)
+    sched = built.scheduler
+    cost = CostModel(shape, device, cfg.org, built.grid_tokens,
+                     CostConstants().with_values(**cfg.constants))
+    trace_path = None
+    if trace is not None:
+        from hybridmem.vllm_plugin.tracing import TRACER_ATTR
+
+        trace_path = Path(getattr(sched, TRACER_ATTR).sink.path)
+    init_s = time.perf_counter() - t_init
+    try:
+        outcome = executor.simulate(sched, workload.requests, cost, built.detail["hasher"],
+                                    progress=progress)
+    finally:
+        if trace_path is not None:
+            sched.shutdown()  # the tracer closes the sink: END
+    import vllm
+
+    summary = summarize(cfg, outcome.records, outcome.end_s, init_s, trace_path,
+                        outcome.preemptions, engine_version=vllm.__version__, driver="sim")
+    summary.update({
+        "simulated": True, "org": cfg.org, "budget": cfg.budget, "rate": cfg.rate,
+        "share": cfg.share, "cap": cfg.cap, "headroom": cfg.headroom, "pin_k": cfg.pin_k,
+        "retention": cfg.retention, "isolate": cfg.isolate, "device": cfg.device,
+        "model": shape.name, "num_blocks": built.num_blocks, "grid_tokens": built.grid_tokens,
+        "block_tokens": vc.cache_config.block_size, "org_plan": built.detail.get("plan"),
+        "steps": outcome.steps, "wall_s": outcome.wall_s, "init_wall_s": init_s,
+        "time_parts_s": outcome.time_parts_s,
+        "cost_model": cost.describe(),
+    })
+    if cfg.step_log:
+        _write_steps(outcome.step_log, out / "steps.parquet")
+    return write_run(out, summary, outcome.records, manifest)
+
+
+def _trace_target(cfg: SimConfig, device: Any) -> tuple[str, dict[str, Any]]:
+    assert cfg.trace_dir is not None
+    trace_dir = Path(cfg.trace_dir)
+    trace_dir.mkdir(parents=True, exist_ok=True)
+    path = trace_dir / TRACE_FILE
+    for stale in (path, path.with_suffix(".jsonl")):
+        stale.unlink(missing_ok=True)
+    meta = {"seed": cfg.seed, "simulated": True, "device": device.name, "budget": cfg.budget,
+            "workload": {"requests": cfg.requests, "rate": cfg.rate, "share": cfg.share,
+                         "isolate": cfg.isolate}}
+    return str(path), meta
+
+
+def _write_steps(log: executor.StepLog, path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table(log.columns), path)
