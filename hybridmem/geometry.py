@@ -179,12 +179,18 @@ def _first(cfg: dict[str, Any], field: str) -> Any:
     return None
 
 
+def _is_mamba_layer(kind: str) -> bool:
+    return "mamba" in kind or kind in ("linear_attention", "ssm")
+
+
 def _layer_counts(cfg: dict[str, Any], layers: int) -> tuple[int | None, int | None]:
     """(attention layers, mamba layers) where the config says which layer is which."""
     types = cfg.get("layer_types") or cfg.get("layers_block_type")
     if isinstance(types, list) and types:
-        attn = sum(1 for t in types if "attention" in str(t))
-        mamba = sum(1 for t in types if "mamba" in str(t))
+        # transformers 5 normalises some hybrids' names: Granite-4-H's "mamba" layers read
+        # "linear_attention" and its attention layers "full_attention"
+        mamba = sum(1 for t in types if _is_mamba_layer(str(t)))
+        attn = sum(1 for t in types if "attention" in str(t) and not _is_mamba_layer(str(t)))
         return attn, mamba
     pattern = cfg.get("hybrid_override_pattern")
     if isinstance(pattern, str) and pattern:

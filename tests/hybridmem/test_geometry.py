@@ -98,3 +98,12 @@ def test_slot_that_does_not_divide_page_is_an_error():
     cfg = {**FALCON_H1_7B_CONFIG, "num_key_value_heads": 1, "head_dim": 8}
     with pytest.raises(GeometryError, match="does not divide"):
         derive_units(geometry_from_config(cfg))
+
+
+def test_transformers_normalised_layer_types_count_as_mamba_and_attention():
+    # transformers 5 turns Granite-4-H's "mamba"/"attention" into these names
+    from hybridmem.geometry import _layer_counts
+
+    types = ["linear_attention"] * 9 + ["full_attention"]
+    assert _layer_counts({"layer_types": types}, 10) == (1, 9)
+    assert _layer_counts({"layer_types": ["mamba"] * 3 + ["attention"]}, 4) == (1, 3)
