@@ -4,6 +4,13 @@ CUDA is available. Each skip says why."""
 import os
 
 import pytest
+import torch
+
+# Kernel modules read TRITON_INTERPRET when a @triton.jit function is decorated, i.e. when a
+# kernel module is first imported -- which tests outside tests/kernels do too (the organization
+# state storage, the continuation checks). Set it here, before any test module is collected.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 SLOW = os.environ.get("HYBRIDMEM_SLOW") == "1"
 

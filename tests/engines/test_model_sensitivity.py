@@ -53,5 +53,7 @@ def test_cli_reports_json_and_rejects_bad_input(tiny_model: Path,
     assert out["grid_tokens"] == 64 and out["measured"] + out["skipped"] == 3
     assert out["control_changed"] == 0
     for bad in (["--requests", "0"], ["--share", "nan"], ["--tokens", "999"], ["--grid", "0"]):
-        assert main(["model", "sensitivity", *bad]) == 2
+        with pytest.raises(SystemExit) as exc:  # refused by the flag's type, before any work
+            main(["model", "sensitivity", *bad])
+        assert exc.value.code == 2
         assert bad[1] in capsys.readouterr().err
