@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import sys
 from pathlib import Path
 
 from hybridmem.errors import HybridMemError
+from hybridmem.vllm_plugin.faults import FAULTS
+
+DEFAULT_ORG = "S2"  # the organization-backed path; --org vllm keeps vLLM's own manager
+DEFAULT_BUDGET = "b160"  # tiny model: 40 pages of 128 tokens under S1/S2; forces reclaim
 
 HELP = ("serve a Poisson workload on vLLM (in-process, or through `vllm serve` over HTTP with "
         "--server) and write results.parquet + summary.json")
@@ -45,6 +51,31 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--request-timeout", type=float, default=600.0, metavar="S",
                    help="with --server: seconds one request may take, stream included "
                    "(default 600); a request past it counts as failed")
+    o = p.add_argument_group("memory organization (issue 11)")
+    o.add_argument("--org", default=DEFAULT_ORG, metavar="ORG",
+                   help="S0, S1, S2 or D0: the organization serves every KV-cache decision "
+                   "inside vLLM's scheduler; vllm: vLLM's own manager with tracing hooks "
+                   "(default %(default)s)")
+    o.add_argument("--budget", default=None, metavar="B",
+                   help="per-layer budget as in `hybridmem plan`: label bN, bytes or a size "
+                   f"(org mode; default {DEFAULT_BUDGET})")
+    o.add_argument("--headroom", type=float, default=0.0, metavar="F",
+                   help="admission headroom f in [0, 1): admit only if need + floor(f B) <= "
+                   "available (default 0)")
+    o.add_argument("--pin-k", type=int, default=None, metavar="K",
+                   help="preemption-time pinning threshold K = 1|2|3 distinct requesters "
+                   "(default off)")
+    o.add_argument("--pin-budget", type=int, default=None, metavar="N",
+                   help="most simultaneous pins (with --pin-k; default unlimited)")
+    o.add_argument("--retention", action="store_true",
+                   help="producer-side retention of checkpoints with demand >= 2")
+    o.add_argument("--fault", default=None, metavar="NAME",
+                   help="inject a fault: " + ", ".join(FAULTS))
+    o.add_argument("--check-invariants", action="store_true",
+                   help="run the App. D.2 invariant checkers after every scheduler step; a "
+                   "violation stops the run (exit 1) naming invariant, unit and entry")
+    o.add_argument("--attention-fraction", type=float, default=None, metavar="F",
+                   help="D0's attention share in (0, 1) (models without a preset)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
 
@@ -60,13 +91,24 @@ def run(args: argparse.Namespace) -> int:
         raise HybridMemError(f"{exc.name} is not installed; install hybridmem[vllm] "
                              "(see hybridmem/engines/README.md)") from None
     trace_dir = None if args.no_trace else (args.trace or args.out / "trace")
+    org = args.org
+    budget = args.budget
+    if org != "vllm" and budget is None:
+        budget = DEFAULT_BUDGET
     cfg = RunConfig(
         model=args.model, requests=args.requests, rate=args.rate, share=args.share,
         seed=args.seed, cap=args.cap, isolate=args.isolate, trace_dir=trace_dir, out=args.out,
         prefix_caching=not args.no_prefix_caching, max_model_len=args.max_model_len,
-        kv_blocks=args.kv_blocks,
+        kv_blocks=args.kv_blocks, org=org, budget=budget, headroom=args.headroom,
+        pin_k=args.pin_k, pin_budget=args.pin_budget, retention=args.retention,
+        fault=args.fault, check_invariants=args.check_invariants,
+        attention_fraction=args.attention_fraction,
     )
     try:
+        for name in ("headroom", "attention_fraction"):
+            value = getattr(args, name)
+            if value is not None and not math.isfinite(value):
+                raise ValueError(f"--{name.replace('_', '-')} must be finite, got {value}")
         cfg.check()
         if args.model != "tiny" and not (Path(args.model) / "config.json").exists():
             raise ValueError(f"model {args.model!r}: no config.json there "
@@ -84,11 +126,15 @@ def run(args: argparse.Namespace) -> int:
     else:
         result = run_serving(cfg, progress=not args.quiet)
     s = result.summary
-    keys = ("seed", "trace", "requests", "completed", "throughput_tok_s",
+    keys = ("seed", "trace", "organization", "budget", "budget_bytes", "fault",
+            "invariant_checks", "requests", "completed", "throughput_tok_s",
             "throughput_ledger_tok_s", "ttft_p50", "ttft_p99", "e2e_p50", "e2e_p99",
             "preemptions", "prefix_hit_tokens", "trace_path", "trace_verdict")
-    print(json.dumps({k: s[k] for k in keys}, indent=2))
+    print(json.dumps({k: s.get(k) for k in keys}, indent=2))
     print(f"wrote {result.results_path}, {result.summary_path}, {result.manifest_path}")
     if args.server:
         print(f"server log: {s['server_log']} (exit code {s['server_exit_code']})")
+    if str(s.get("invariant_checks", "")).startswith("violated"):
+        print(f"hybridmem run: invariant {s['invariant_checks']}", file=sys.stderr)
+        return 1
     return 0

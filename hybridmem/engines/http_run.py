@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from hybridmem.engines.run_results import RequestRecord, RunResult, summarize, write_run
-from hybridmem.engines.vllm_run import RunConfig, prepare_run
+from hybridmem.engines.vllm_run import RunConfig, org_summary, prepare_run
 from hybridmem.engines.vllm_server import SERVED_NAME, ServerSettings, VllmServer
 from hybridmem.workload import WorkloadRequest
 
@@ -215,7 +215,7 @@ def run_serving_http(cfg: RunConfig, progress: bool = True, start_timeout: float
     settings = ServerSettings(
         model=model, dtype=cfg.dtype, seed=cfg.seed, max_model_len=cfg.max_model_len,
         cap=cfg.cap, prefix_caching=cfg.prefix_caching, kv_blocks=cfg.kv_blocks,
-        kv_cache_bytes=cfg.kv_cache_bytes,
+        kv_cache_bytes=cfg.kv_cache_bytes, extra_args=org_server_args(cfg),
     )
     records = {r.request_id: RequestRecord(r) for r in workload.requests}
     server = VllmServer(settings, out / SERVER_LOG, _server_env(cfg, trace_path))
@@ -245,5 +245,41 @@ def run_serving_http(cfg: RunConfig, progress: bool = True, start_timeout: float
     summary["server_exit_code"] = rc
     summary["server_log"] = str(out / SERVER_LOG)
     summary["request_errors"] = {r.spec.request_id: r.error for r in failed}
+    summary.update(org_summary(cfg, None, _server_violation(out / SERVER_LOG)))
+    if cfg.org != "vllm" and trace_path is not None and trace_path.exists():
+        from hybridmem.engines.trace_sink import read_trace
+
+        meta, _ = read_trace(trace_path)
+        summary["budget_bytes"] = meta.get("budget_bytes")
+        summary["org_plan"] = {k: meta.get(k) for k in (
+            "organization", "budget", "budget_bytes", "attention_grid_tokens",
+            "recurrent_grid_tokens", "capacity", "num_block_ids")}
     return write_run(out, summary, records, manifest)
+
+
+def org_server_args(cfg: RunConfig) -> tuple[str, ...]:
+    """``vllm serve`` flags of organization mode (none for ``--org vllm``): the scheduler seam,
+    the settings as ``--additional-config`` (they reach the engine-core process) and async
+    scheduling off."""
+    settings = cfg.org_settings()
+    if settings is None:
+        return ()
+    from hybridmem.vllm_plugin.org_settings import SCHEDULER_QUALNAME as QUALNAME
+
+    return ("--scheduler-cls", QUALNAME, "--additional-config",
+            json.dumps(settings.as_config()), "--no-async-scheduling")
+
+
+def _server_violation(log: Path) -> str | None:
+    """The invariant violation the engine core logged before it stopped (None: none)."""
+    from hybridmem.vllm_plugin.org_settings import VIOLATION_MARK
+
+    try:
+        text = log.read_text(errors="replace")
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if VIOLATION_MARK in line:
+            return line.split(VIOLATION_MARK, 1)[1].strip()
+    return None
 

@@ -45,9 +45,12 @@ from hybridmem.engines.run_results import (  # noqa: F401  (SUMMARY_KEYS: re-exp
 )
 from hybridmem.engines.tiny_model import resolve_model
 from hybridmem.errors import HybridMemError
+from hybridmem.vllm_plugin.org_settings import OrgSettings
 from hybridmem.workload import Workload, WorkloadSpec, make_workload
 
 TRACE_FILE = "trace.hmt"
+ORG_CHOICES = ("S0", "S1", "S2", "D0", "vllm")
+DEFAULT_ORG = "vllm"
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,25 @@ class RunConfig:
     kv_cache_bytes: int = 256 << 20
     dtype: str = "float32"
     data_dir: Path | None = None  # where the tiny model lives (default data/models/tiny-falcon-h1)
+    # organization mode (issue 11): "vllm" = vLLM's own KV-cache manager with tracing hooks
+    org: str = "vllm"
+    budget: str | None = None    # label bN, bytes or a size per layer (org mode: required)
+    headroom: float = 0.0        # admission headroom f: need + floor(f B) <= available
+    pin_k: int | None = None     # preemption-time pinning threshold K (1|2|3), None = off
+    pin_budget: int | None = None  # most simultaneous pins (None = unlimited)
+    retention: bool = False      # producer-side retention, K = 2
+    fault: str | None = None     # fault injection (hybridmem.vllm_plugin.faults)
+    check_invariants: bool = False  # App. D.2 checkers after every scheduler step
+    attention_fraction: float | None = None  # D0's attention share (preset models: theirs)
+
+    def org_settings(self) -> OrgSettings | None:
+        """The organization settings the engine gets (None: ``--org vllm``)."""
+        if self.org == "vllm":
+            return None
+        return OrgSettings(org=self.org, budget=str(self.budget), headroom=self.headroom,
+                           pin_k=self.pin_k, pin_budget=self.pin_budget, retention=self.retention,
+                           fault=self.fault, check_invariants=self.check_invariants,
+                           attention_fraction=self.attention_fraction)
 
     def check(self) -> None:
         if self.requests < 1:
@@ -83,6 +105,59 @@ class RunConfig:
             raise ValueError(f"max_model_len must be >= 64 tokens, got {self.max_model_len}")
         if self.kv_blocks is not None and self.kv_blocks < 2:
             raise ValueError(f"kv_blocks must be >= 2, got {self.kv_blocks}")
+        if self.org not in ORG_CHOICES:
+            raise ValueError(f"org must be one of {', '.join(ORG_CHOICES)}, got {self.org!r}")
+        if self.org == "vllm":
+            extra = {"budget": self.budget is not None, "headroom": self.headroom != 0.0,
+                     "pin-k": self.pin_k is not None, "pin-budget": self.pin_budget is not None,
+                     "retention": self.retention, "fault": self.fault is not None,
+                     "check-invariants": self.check_invariants,
+                     "attention-fraction": self.attention_fraction is not None}
+            given = [k for k, v in extra.items() if v]
+            if given:
+                raise ValueError(f"--{given[0]} needs an organization (--org S0|S1|S2|D0), "
+                                 "not --org vllm")
+            return
+        if self.budget is None:
+            raise ValueError(f"--org {self.org} needs --budget")
+        if not self.prefix_caching:
+            raise ValueError(f"--org {self.org} needs prefix caching (Mamba cache mode 'align'); "
+                             "drop --no-prefix-caching")
+        if self.kv_blocks is not None:
+            raise ValueError(f"--kv-blocks does not apply to --org {self.org}: the budget sizes "
+                             "the cache")
+        check_budget_text(self.budget)
+        settings = self.org_settings()
+        assert settings is not None
+        settings.check()
+
+
+def check_budget_text(text: str) -> None:
+    """ValueError unless ``text`` is a label bN (N >= 1), a byte count or a size."""
+    import re
+
+    from hybridmem.budget import parse_size
+    from hybridmem.errors import BudgetError
+
+    if re.fullmatch(r"b[1-9]\d*", text.strip()):
+        return
+    try:
+        parse_size(text)
+    except BudgetError:
+        raise ValueError(f"bad budget {text!r}: expected a label bN (e.g. b40), a byte count, "
+                         "or a size such as 2MiB (per layer)") from None
+
+
+def check_org_model(cfg: RunConfig, model: Path) -> None:
+    """HybridMemError before anything is written when the organization cannot serve the
+    model: D0 needs an attention fraction (a preset's, or --attention-fraction)."""
+    if cfg.org != "D0" or cfg.attention_fraction is not None:
+        return
+    from hybridmem.geometry import load_geometry
+
+    if load_geometry(str(model)).attention_fraction is None:
+        raise HybridMemError(f"--org D0 needs --attention-fraction for model {str(model)!r} "
+                             "(no preset gives one)")
 
 
 def vocab_size(model: Path) -> int:
@@ -112,6 +187,7 @@ def prepare_run(cfg: RunConfig) -> tuple[Path, Workload, Path, Path, Path | None
     this run's; ``None`` untraced)."""
     model = resolve_model(cfg.model, cfg.data_dir)
     workload = make_requests(cfg, vocab_size(model))
+    check_org_model(cfg, model)
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     manifest = workload.save_manifest(out / "workload.json")
@@ -143,7 +219,55 @@ def _engine(cfg: RunConfig, model: Path) -> Any:
     if cfg.kv_blocks is not None:
         kwargs["num_gpu_blocks_override"] = cfg.kv_blocks
     kwargs["kv_cache_memory_bytes"] = cfg.kv_cache_bytes
+    kwargs.update(org_engine_args(cfg))
     return LLMEngine.from_engine_args(EngineArgs(**kwargs))
+
+
+def org_engine_args(cfg: RunConfig) -> dict[str, Any]:
+    """EngineArgs of organization mode: the scheduler seam, the settings, async scheduling off
+    (``{}`` for ``--org vllm``). The plugin sizes the cache to the organization's block ids."""
+    settings = cfg.org_settings()
+    if settings is None:
+        return {}
+    from hybridmem.vllm_plugin.org_settings import SCHEDULER_QUALNAME as QUALNAME
+
+    return {"scheduler_cls": QUALNAME, "additional_config": settings.as_config(),
+            "async_scheduling": False}
+
+
+def org_summary(cfg: RunConfig, scheduler: Any | None, error: str | None) -> dict[str, Any]:
+    """summary.json keys of the memory organization (``--org vllm`` too)."""
+    settings = cfg.org_settings()
+    out: dict[str, Any] = {
+        "organization": cfg.org, "budget": cfg.budget, "budget_bytes": None,
+        "fault": cfg.fault,
+        "policy": {"cap": cfg.cap, "headroom": cfg.headroom, "pin_k": cfg.pin_k,
+                   "pin_budget": cfg.pin_budget, "retention": cfg.retention,
+                   "isolate": cfg.isolate},
+        "invariant_checks": "violated: " + error if error else (
+            "passed" if cfg.check_invariants else "off"),
+    }
+    plan = getattr(scheduler, "org_plan", None)
+    if settings is not None and plan is not None:
+        out.update(budget_bytes=plan.nominal_bytes, org_plan=plan.as_dict())
+        kvm = scheduler.kv_cache_manager  # type: ignore[union-attr]
+        out["org_counters"] = dict(kvm.counters)
+        out["fault_count"] = kvm.fault_count
+    return out
+
+
+def check_budget_fits(cfg: RunConfig, scheduler: Any, workload: Workload) -> None:
+    """HybridMemError when the organization cannot hold the workload's longest request (it
+    would wait forever)."""
+    from hybridmem.vllm_plugin.org_settings import fits_one_request
+
+    plan = getattr(scheduler, "org_plan", None)
+    if plan is None:
+        return
+    longest = max(len(r.prompt_token_ids) + r.max_output_tokens for r in workload.requests)
+    why = fits_one_request(plan, longest)
+    if why is not None:
+        raise HybridMemError(why)
 
 
 def run_serving(cfg: RunConfig, progress: bool = True) -> RunResult:
@@ -175,12 +299,21 @@ def run_serving(cfg: RunConfig, progress: bool = True) -> RunResult:
         from vllm.sampling_params import RequestOutputKind
 
         t_init = time.perf_counter()
+        if cfg.org != "vllm":
+            from hybridmem.vllm_plugin.org_settings import install_block_override
+
+            install_block_override()
         engine = _engine(cfg, model)
         init_s = time.perf_counter() - t_init
     finally:
         if trace_path is not None:
             os.environ.pop("HYBRIDMEM_TRACE", None)
             os.environ.pop("HYBRIDMEM_TRACE_META", None)
+    try:
+        check_budget_fits(cfg, _scheduler(engine), workload)
+    except HybridMemError:
+        engine.engine_core.shutdown()
+        raise
     tracer = getattr(_scheduler(engine), "_hybridmem_tracer", None)
     if trace_path is not None:
         assert tracer is not None, "traced run but no tracer attached; this indicates a plugin bug"
@@ -195,6 +328,7 @@ def run_serving(cfg: RunConfig, progress: bool = True) -> RunResult:
     t0 = time.perf_counter()
     cpu0 = time.process_time()
     nxt = 0
+    violation: str | None = None
     try:
         while nxt < len(pending) or engine.has_unfinished_requests():
             now = time.perf_counter() - t0
@@ -211,7 +345,13 @@ def run_serving(cfg: RunConfig, progress: bool = True) -> RunResult:
             if not engine.has_unfinished_requests():
                 time.sleep(max(0.0, pending[nxt].arrival_s - (time.perf_counter() - t0)))
                 continue
-            outputs = engine.step()
+            try:
+                outputs = engine.step()
+            except Exception as exc:
+                violation = _violation(exc)
+                if violation is None:
+                    raise
+                break
             now = time.perf_counter() - t0
             for o in outputs:
                 rec = records[o.request_id]
@@ -229,16 +369,32 @@ def run_serving(cfg: RunConfig, progress: bool = True) -> RunResult:
         if bar is not None:
             bar.close()
         preemptions = int(_metric_total("vllm:num_preemptions") - preempt0)
+        scheduler = _scheduler(engine)
         engine.engine_core.shutdown()  # closes the trace (END)
     ledger = time.perf_counter() - t0
     cpu_s = time.process_time() - cpu0
     summary = summarize(cfg, records, ledger, init_s, trace_path, preemptions,
                         engine_version=vllm.__version__, driver="inprocess")
+    summary.update(org_summary(cfg, scheduler, violation))
     # CPU seconds of this process over the ledger interval: on a shared box, where wall-clock
     # throughput moves with other tenants' load, tokens per CPU second isolates the probe cost.
     summary["cpu_s"] = cpu_s
     summary["throughput_cpu_tok_s"] = summary["output_tokens"] / cpu_s if cpu_s > 0 else None
     return write_run(out, summary, records, manifest)
+
+
+def _violation(exc: BaseException) -> str | None:
+    """The one-line message of an invariant stop raised inside the engine (else None)."""
+    from hybridmem.vllm_plugin.org_scheduler import InvariantStop
+
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        if isinstance(e, InvariantStop):
+            return str(e)
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    return None
 
 
 def _scheduler(engine: Any) -> Any:

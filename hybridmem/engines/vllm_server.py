@@ -54,6 +54,7 @@ class ServerSettings:
     prefix_caching: bool
     kv_blocks: int | None
     kv_cache_bytes: int
+    extra_args: tuple[str, ...] = ()  # e.g. organization mode's scheduler seam and settings
 
 
 def server_command(s: ServerSettings, port: int) -> list[str]:
@@ -73,7 +74,7 @@ def server_command(s: ServerSettings, port: int) -> list[str]:
     ]
     if s.kv_blocks is not None:
         argv += ["--num-gpu-blocks-override", str(s.kv_blocks)]
-    return argv
+    return argv + list(s.extra_args)
 
 
 def _get(url: str, timeout: float) -> tuple[int, bytes]:

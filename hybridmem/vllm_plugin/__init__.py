@@ -6,6 +6,8 @@ vLLM calls :func:`register` once in every process it starts (engine core include
 * installs the organization-mode wrappers: the grid (:mod:`.org_geometry`, active only with
   ``HYBRIDMEM_ORG_GRID``) and state storage (:mod:`.org_state`, active only while a
   :class:`~.state_table.StateTable` is activated or the poison check is on);
+* sizes the KV cache to an organization's block ids when the engine config carries
+  ``additional_config["hybridmem"]`` (:func:`.org_settings.install_block_override`);
 * when ``HYBRIDMEM_TRACE`` names a trace path, installs the tracing hooks (:mod:`.tracing`).
   With the variable unset nothing is wrapped and the engine runs unmodified.
 
@@ -26,6 +28,9 @@ def register() -> None:
     cpu_fix.apply()
     org_geometry.install()
     org_state.install()
+    from hybridmem.vllm_plugin import org_settings
+
+    org_settings.install_block_override()  # acts only with additional_config["hybridmem"]
     if os.environ.get(TRACE_ENV):
         from hybridmem.vllm_plugin import tracing
 

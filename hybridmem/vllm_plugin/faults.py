@@ -1,47 +1,74 @@
-"""Fault injection for organization mode (issue 11, item 5): named, deliberate mistakes.
+"""Fault injection for organization-backed serving: one registry both sides read (issue 11).
 
-A fault is active when its name is in ``HYBRIDMEM_FAULT`` (comma-separated) or was passed to
-:func:`activate`. Code that injects a fault resolves :func:`is_active` once, when it is built
-or installed, never per element, so a run without faults pays nothing.
+A fault makes the memory path deliberately wrong so that the checks (greedy-token equality,
+``--check-invariants``) can be shown to have teeth. The name travels in the engine config
+(``additional_config["hybridmem"]["fault"]``) and is recorded in the trace metadata and the
+run summary. With no fault active nothing below is consulted on a hot path: the scheduler side
+decides once, when its manager is built, and the worker side reads :func:`active` once per
+engine.
 
-=================  =====================================================================
-stale-checkpoint   an adopter gets a checkpoint other than the one at its depth (scheduler)
-swap-members       S1/S2 read two SSM member pages in the wrong order (worker, org_state)
-skip-invalidate    a reclaimed unit is reused before its entries are invalidated (scheduler)
-=================  =====================================================================
+==================  ========  ============================================================
+name                side      what goes wrong
+==================  ========  ============================================================
+stale-checkpoint    scheduler an adopter's Mamba block table holds the checkpoint one
+                              recurrent boundary shallower than its adopted depth (when one
+                              is discoverable), so it resumes from the wrong state
+skip-invalidate     scheduler reclaiming a cached unit frees it without detaching or
+                              invalidating the entries stored on it: they stay discoverable
+                              while the unit is handed out again
+swap-members        worker    S1/S2 read two SSM member pages in the wrong order (the worker
+                              side's state helper implements it)
+==================  ========  ============================================================
 """
 
 from __future__ import annotations
 
 import os
+from typing import NamedTuple
 
-FAULT_ENV = "HYBRIDMEM_FAULT"
-FAULTS = frozenset({"stale-checkpoint", "swap-members", "skip-invalidate"})
-
-_active: set[str] = set()
+FAULT_ENV = "HYBRIDMEM_FAULT"  # a fault name for engines started without the engine config
 
 
-def parse(spec: str | None) -> frozenset[str]:
-    """Fault names from ``"a,b"``; an unknown name raises ``ValueError`` naming it."""
-    names = frozenset(n.strip() for n in (spec or "").split(",") if n.strip())
-    unknown = names - FAULTS
-    if unknown:
-        known = ", ".join(sorted(FAULTS))
-        raise ValueError(f"unknown fault {sorted(unknown)[0]!r}; known: {known}")
-    return names
+class Fault(NamedTuple):
+    name: str
+    side: str  # "scheduler" | "worker"
+    summary: str
 
 
-def activate(names: set[str] | frozenset[str] | None) -> None:
-    """Replace the process's explicitly activated faults (None or empty: none)."""
-    _active.clear()
-    _active.update(parse(",".join(sorted(names or ()))))
+FAULTS: dict[str, Fault] = {f.name: f for f in (
+    Fault("stale-checkpoint", "scheduler",
+          "an adopter gets the checkpoint one boundary shallower than its depth"),
+    Fault("skip-invalidate", "scheduler",
+          "a reclaimed unit is reused before its entries are invalidated"),
+    Fault("swap-members", "worker",
+          "S1/S2 read two SSM member pages in the wrong order"),
+)}
+
+_ACTIVE: str | None = None
 
 
-def active() -> frozenset[str]:
-    return frozenset(_active) | parse(os.environ.get(FAULT_ENV))
+def check(name: str | None) -> str | None:
+    """``name`` if it is a known fault (None: no fault); ValueError naming the choices."""
+    if name is None or name == "" or name == "none":
+        return None
+    if name not in FAULTS:
+        raise ValueError(f"unknown fault {name!r}; expected one of {', '.join(FAULTS)}")
+    return name
+
+
+def activate(name: str | None) -> None:
+    """Make ``name`` this process's fault (None: off). Set when an organization engine starts."""
+    global _ACTIVE
+    _ACTIVE = check(name)
+
+
+def active() -> str | None:
+    """The active fault: the one activated, else ``HYBRIDMEM_FAULT`` (None: no fault)."""
+    return _ACTIVE if _ACTIVE is not None else check(os.environ.get(FAULT_ENV))
 
 
 def is_active(name: str) -> bool:
+    """Whether fault ``name`` is on; ValueError for an unknown name (a typo never means off)."""
     if name not in FAULTS:
-        raise ValueError(f"unknown fault {name!r}; known: {', '.join(sorted(FAULTS))}")
-    return name in active()
+        raise ValueError(f"unknown fault {name!r}; expected one of {', '.join(FAULTS)}")
+    return active() == name

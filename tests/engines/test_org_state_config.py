@@ -34,14 +34,23 @@ def test_activate_grid_sets_and_clears_the_env(monkeypatch: pytest.MonkeyPatch) 
 def test_faults_from_env_and_activation(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(faults.FAULT_ENV, raising=False)
     faults.activate(None)
-    assert not faults.is_active("swap-members")
-    monkeypatch.setenv(faults.FAULT_ENV, "swap-members, stale-checkpoint")
-    assert faults.active() == {"swap-members", "stale-checkpoint"}
+    assert faults.active() is None and not faults.is_active("swap-members")
+    monkeypatch.setenv(faults.FAULT_ENV, "swap-members")
+    assert faults.active() == "swap-members" and faults.is_active("swap-members")
+    monkeypatch.setenv(faults.FAULT_ENV, "none")
+    assert faults.active() is None
     monkeypatch.delenv(faults.FAULT_ENV)
-    faults.activate({"skip-invalidate"})
+    faults.activate("skip-invalidate")  # the activated fault wins over the env
+    monkeypatch.setenv(faults.FAULT_ENV, "swap-members")
     assert faults.is_active("skip-invalidate") and not faults.is_active("swap-members")
     faults.activate(None)
+    monkeypatch.delenv(faults.FAULT_ENV)
     with pytest.raises(ValueError, match="unknown fault 'swap'"):
-        faults.parse("swap")
+        faults.check("swap")
+    with pytest.raises(ValueError, match="unknown fault"):
+        faults.activate("nope")
     with pytest.raises(ValueError, match="unknown fault"):
         faults.is_active("nope")
+    monkeypatch.setenv(faults.FAULT_ENV, "swap-members, stale-checkpoint")
+    with pytest.raises(ValueError, match="unknown fault"):
+        faults.active()  # one fault at a time

@@ -1,0 +1,491 @@
+"""A vLLM 0.32 KV-cache manager whose every decision is an organization's (issue 11, SPEC §5).
+
+:class:`OrgKVCacheManager` replaces ``Scheduler.kv_cache_manager`` (see :mod:`.org_scheduler`).
+vLLM's real scheduler keeps admitting, chunking, preempting and stepping; memory is the
+organization's (:class:`hybridmem.cached_org.CachedOrganization`)::
+
+    scheduler call                       organization
+    -----------------------------------  --------------------------------------------------
+    add_request (scheduler subclass)     add_request(r, all tokens, cache_salt)
+    get_computed_blocks(r)               lookup(r): A_max, R_max, J (hit <= len - 1); kept
+    allocate_slots(r, n, hit...)  admit  pure admission check  need + H <= available
+                                         (H = floor(f B), units the hit would pin deducted);
+                                         only if it passes: adopt(r, hit), allocate(r, c + n)
+    allocate_slots(r, n)          run    publish(r, computed), release_superseded(r),
+                                         allocate(r, c + n)  (None -> vLLM preempts)
+    free(r)                       done   publish(r, computed), finish(r)
+    free(r)                       preempt publish(r, computed), preempt(r) (pin decision)
+
+``computed`` is the scheduler's ``num_computed_tokens`` at the *next* call: async scheduling is
+off in organization mode, so every token counted there has been executed and its state written.
+A checkpoint is therefore never discoverable before its state exists.
+
+Block ids (vLLM's id 0 is the null block)::
+
+    attention group   one id per organization block, in order: page + 1
+    Mamba group       vLLM's mamba_cache_mode='align' POSITIONAL table:
+                      position i = checkpoint at boundary ceil((i+1) G / g_r) g_r,
+                      id = home id + 1 (+ attention-pool size for D0), 0 where not held
+
+For S0-S2 ``g_r = G`` (position i = state after (i+1) G tokens). For D0 the interval is a
+multiple of G, so consecutive positions inside one interval share the destination checkpoint
+(the worker's copy between them is a no-op on the same id). The worker's tables are
+append-only: a running request receives only positions past what it already has; a released
+checkpoint's id stays in its table at a position the worker never reads again (the worker reads
+the previous state index and the current one only). Each checkpoint with storage is registered
+in the process-wide :class:`~hybridmem.vllm_plugin.state_table.StateTable` (``set`` when it gets
+storage, ``drop`` once it has none), the contract with the worker side.
+
+Phase 1: a checkpoint's state physically stays in vLLM's own Mamba row at its home block id
+(unique per live checkpoint); the worker-side state helper reroutes it through the table.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hybridmem.cached_org import CachedOrganization
+from hybridmem.checkpoint import ConvPlacement
+from hybridmem.errors import HybridMemError
+from hybridmem.events import Event, EventKind, Observer, Outcome, StateKind
+from hybridmem.geometry import ceil_div
+from hybridmem.org_interface import LookupResult, Organization
+from hybridmem.vllm_plugin.org_settings import OrgPlan
+from hybridmem.vllm_plugin.state_table import StateAddress, StateLayout, StateTable
+
+
+def state_layout(plan: OrgPlan, org: CachedOrganization) -> StateLayout:
+    u = plan.units
+    conv = {ConvPlacement.INSIDE: "inside", ConvPlacement.PAGE: "page",
+            ConvPlacement.SLOT: "slot"}[org.placement]
+    if isinstance(plan.capacity, tuple):
+        return StateLayout("D0", conv, plan.capacity[1], u.d0_recurrent_unit_bytes, 1, 0, 0,
+                           plan.interval)
+    page = u.s0_page_bytes if org.name == "S0" else u.page_bytes
+    slot = u.conv_slot_bytes if org.placement == ConvPlacement.SLOT else 0
+    slots = u.slots_per_slab if org.placement == ConvPlacement.SLOT else 0
+    return StateLayout(org.name, conv, plan.capacity, page, org.members, slot, slots,
+                       plan.interval)
+
+
+class OrgKVCacheManager:
+    """Drop-in for ``vllm.v1.core.kv_cache_manager.KVCacheManager`` backed by an organization.
+
+    ``stock`` is the manager vLLM built; its ``coordinator`` (read by the scheduler and the
+    engine core for block sizes and specs) and its block objects are kept, its pool unused.
+    ``ops`` is what mutating calls go through (the organization, or an invariant-checking
+    wrapper around it); ``org`` is read directly.
+    """
+
+    def __init__(self, stock: Any, plan: OrgPlan, org: CachedOrganization,
+                 ops: Organization | None = None, sink: Observer | None = None) -> None:
+        from vllm.v1.kv_cache_interface import AttentionSpec, MambaSpec
+        from vllm.v1.metrics.stats import PrefixCacheStats
+
+        self._stats_cls = PrefixCacheStats
+        self.plan = plan
+        self.org = org
+        self.ops: Organization = ops if ops is not None else org
+        self.sink = sink
+        # what the scheduler / engine core read on a KV-cache manager
+        self.coordinator = stock.coordinator
+        self.block_pool = stock.block_pool
+        self.kv_cache_config = stock.kv_cache_config
+        self.max_model_len = stock.max_model_len
+        self.enable_caching = stock.enable_caching
+        self.log_stats = stock.log_stats
+        self.prefix_cache_stats = PrefixCacheStats() if self.log_stats else None
+        self.empty_kv_cache_blocks = stock.empty_kv_cache_blocks
+        self.mamba_shared_prefix_checkpoint = False
+        self.num_kv_cache_groups = len(self.kv_cache_config.kv_cache_groups)
+        self.watermark_blocks = 0
+        attn = [g for g, grp in enumerate(self.kv_cache_config.kv_cache_groups)
+                if isinstance(grp.kv_cache_spec, AttentionSpec)]
+        mamba = [g for g, grp in enumerate(self.kv_cache_config.kv_cache_groups)
+                 if isinstance(grp.kv_cache_spec, MambaSpec)]
+        if len(attn) != 1 or len(mamba) != 1 or self.num_kv_cache_groups != 2:
+            raise HybridMemError(
+                f"organization mode needs one attention and one Mamba KV-cache group; vLLM built "
+                f"{self.num_kv_cache_groups} groups ({len(attn)} attention, {len(mamba)} Mamba)")
+        self.attn_gid, self.mamba_gid = attn[0], mamba[0]
+        sizes = {grp.kv_cache_spec.block_size for grp in self.kv_cache_config.kv_cache_groups}
+        if sizes != {plan.grid}:
+            raise HybridMemError(f"organization grid {plan.grid} tokens, but vLLM's groups use "
+                                 f"block sizes {sorted(sizes)}")
+        if self.kv_cache_config.num_blocks < plan.num_block_ids:
+            raise HybridMemError(
+                f"vLLM has {self.kv_cache_config.num_blocks} blocks; {org.name} hands out ids up "
+                f"to {plan.num_block_ids - 1} (num_gpu_blocks_override must be "
+                f">= {plan.num_block_ids})")
+        self._blk = self.block_pool.blocks  # KVCacheBlock by id; 0 is the null block
+        self._grid = plan.grid
+        self._rec_offset = plan.recurrent_id_offset + 1  # block id = home page + this
+        self._headroom = plan.headroom_units()
+        self._shared = org.pool_for(StateKind.ATTENTION) is org.pool_for(StateKind.RECURRENT)
+        # per request
+        self._known: dict[str, int] = {}  # tokens the organization knows
+        self._hits: dict[str, LookupResult] = {}  # lookup kept for the allocate that follows
+        self._sent: dict[str, list[int]] = {}  # [attention ids, Mamba positions] sent
+        self._override: dict[str, dict[int, int]] = {}  # fault: Mamba position -> id
+        self._adopted: dict[str, int] = {}  # adopted depth of the current episode
+        self._new_attn_ids: list[int] = []
+        # state table (the worker-side contract)
+        self.state_table = StateTable(state_layout(plan, org))
+        self._state: dict[int, StateAddress] = {}
+        self._state_sig = (-1, -1)
+        # faults
+        self.fault = plan.settings.fault
+        self.fault_count = 0  # times the fault changed what the worker or the index sees
+        if self.fault == "skip-invalidate":
+            self._install_skip_invalidate()
+        self.counters = {"admissions": 0, "admission_rejections": 0, "adopted_tokens": 0,
+                         "preemptions": 0, "finished": 0}
+
+    # == engine-side events ======================================================================
+    def _emit(self, kind: EventKind, **fields: Any) -> None:
+        if self.sink is not None:
+            self.sink.on_event(Event(kind, step=self.org.step, **fields))
+
+    # == requests =================================================================================
+    def add_request(self, request: Any) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """Register a new request; returns the organization's (attention, recurrent) chains."""
+        rid = request.request_id
+        tokens = list(request.all_token_ids)
+        self.ops.add_request(rid, tokens, request.cache_salt)
+        self._known[rid] = len(tokens)
+        return self.ops.hash_chains(rid)
+
+    def _sync(self, request: Any) -> str:
+        rid: str = request.request_id
+        known = self._known.get(rid)
+        if known is None:
+            self.add_request(request)
+            return rid
+        n = request.num_tokens
+        if n > known:
+            self.ops.append_tokens(rid, list(request.all_token_ids[known:n]))
+            self._known[rid] = n
+        return rid
+
+    def chains(self, request: Any) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        return self.ops.hash_chains(self._sync(request))
+
+    # == lookup ===================================================================================
+    def prefix_cache_lookup_enabled(self, request: Any) -> bool:
+        return bool(self.enable_caching and not request.skip_reading_prefix_cache)
+
+    def get_computed_blocks(self, request: Any) -> tuple[Any, int, int]:
+        rid = self._sync(request)
+        if not self.prefix_cache_lookup_enabled(request):
+            self._hits.pop(rid, None)
+            return self.empty_kv_cache_blocks, 0, 0
+        hit = self.ops.lookup(rid)
+        self._hits[rid] = hit
+        if hit.j == 0:
+            return self.empty_kv_cache_blocks, 0, 0
+        attn = [p + 1 for p in hit.blocks]
+        positions = hit.j // self._grid
+        mamba = [0] * positions
+        assert hit.checkpoint is not None
+        mamba[-1] = self._home_id(hit.checkpoint.members[0])
+        return self._kv_blocks(attn, mamba), hit.j, 0
+
+    def get_computed_blocks_for_connector(self, request: Any) -> Any:
+        raise HybridMemError("organization mode does not support KV connectors")
+
+    def _home_id(self, home_page: int) -> int:
+        return home_page + self._rec_offset
+
+    # == allocation ===============================================================================
+    def _admission(self, rid: str, hit: LookupResult, total: int) -> tuple[bool, int, int]:
+        """Pure: (admit?, need, available) for admitting ``rid`` with ``hit`` to hold ``total``
+        tokens: ``need + H <= available`` per pool, where the units the hit would take out of the
+        reclaimable set (cached pages it adopts) are no longer available."""
+        org = self.org
+        ga, gr = org.attention_grid, org.recurrent_grid
+        n_blocks = max(0, ceil_div(total, ga) - len(hit.blocks))
+        n_ckpts = len(range(hit.j + gr, ceil_div(total, gr) * gr + 1, gr))
+        rec_units = org._ckpt_units(n_ckpts)
+        apool = org.pool_for(StateKind.ATTENTION)
+        rpool = org.pool_for(StateKind.RECURRENT)
+        taken_a = sum(1 for p in set(hit.blocks) if apool.refs(p) == 0)
+        taken_r = 0
+        if hit.checkpoint is not None:
+            ck = org.rec_index.get(hit.checkpoint.key)
+            if ck is not None:
+                taken_r = sum(1 for p in set(org._ckpt_pages(ck)) if rpool.refs(p) == 0)
+        ha, hr = self._headroom
+        if self._shared:
+            need = n_blocks + rec_units
+            avail = apool.num_available - taken_a - taken_r
+            return need + ha <= avail, need, avail
+        avail_a = apool.num_available - taken_a
+        avail_r = rpool.num_available - taken_r
+        ok = n_blocks + ha <= avail_a and rec_units + hr <= avail_r
+        return ok, n_blocks + rec_units, avail_a + avail_r
+
+    def allocate_slots(self, request: Any, num_new_tokens: int, num_new_computed_tokens: int = 0,
+                       new_computed_blocks: Any = None, num_lookahead_tokens: int = 0,
+                       num_external_computed_tokens: int = 0, **_: Any) -> Any:
+        from vllm.v1.request import RequestStatus
+
+        rid = self._sync(request)
+        computed = request.num_computed_tokens
+        total = min(computed + num_new_computed_tokens + num_external_computed_tokens
+                    + num_new_tokens + num_lookahead_tokens, self._known[rid])
+        if request.status in (RequestStatus.WAITING, RequestStatus.PREEMPTED) \
+                and rid not in self._sent:
+            return self._admit(request, rid, num_new_computed_tokens, total)
+        if computed:
+            self.ops.publish(rid, computed)
+            self.ops.release_superseded(rid)
+        if self.org.pages_needed(rid, total).total == 0:
+            return self.empty_kv_cache_blocks  # nothing to grow: no ALLOCATION event (as vLLM)
+        result = self.ops.allocate(rid, total)
+        self._sync_state()
+        if not result.ok:
+            return None
+        return self._new_blocks(rid)
+
+    def _admit(self, request: Any, rid: str, depth: int, total: int) -> Any:
+        from vllm.v1.request import RequestStatus
+
+        hit = self._hits.pop(rid, None)
+        if hit is None or hit.j != depth:
+            if depth:
+                raise AssertionError(f"request {rid}: admitted at depth {depth} without the "
+                                     "matching lookup; this indicates a scheduler/manager skew")
+            hit = LookupResult(rid, 0, 0, 0, (), (), None)
+        ok, need, avail = self._admission(rid, hit, total)
+        if not ok:  # nothing adopted, nothing released: the request stays waiting untouched
+            self.counters["admission_rejections"] += 1
+            if not any(r.holds_storage for r in self.org.requests.values()):
+                raise HybridMemError(
+                    f"{self.org.name}: request {rid} ({total} tokens) needs {need} units + "
+                    f"headroom {self._headroom[0]} but only {avail} can ever be available "
+                    f"({len(self.org.pins)} pinned); the budget {self.plan.settings.budget} is "
+                    "too small for it")
+            self._emit(EventKind.ALLOCATION, request_id=rid,
+                       preemption_count=request.num_preemptions, need=need, free=avail,
+                       outcome=Outcome.REJECTED, requester=rid)
+            return None
+        if request.status == RequestStatus.PREEMPTED:
+            self._emit(EventKind.RESUME, request_id=rid, preemption_count=request.num_preemptions)
+        self.ops.adopt(rid, hit)
+        result = self.ops.allocate(rid, total)
+        if not result.ok:
+            raise AssertionError(f"request {rid}: admission check passed (need {need}, available "
+                                 f"{avail}) but {self.org.name} rejected {result.need}; this "
+                                 "indicates the admission arithmetic disagrees with allocate")
+        self.counters["admissions"] += 1
+        self.counters["adopted_tokens"] += hit.j
+        self._adopted[rid] = hit.j
+        if self.fault == "stale-checkpoint" and hit.checkpoint is not None:
+            self._stale_checkpoint(rid, hit)
+        self._sync_state()
+        attn, mamba = self._full_tables(rid)
+        self._sent[rid] = [len(attn), len(mamba)]
+        self._new_attn_ids.extend(attn[len(hit.blocks):])  # adopted blocks are never zeroed
+        return self._kv_blocks(attn, mamba)
+
+    def _full_tables(self, rid: str) -> tuple[list[int], list[int]]:
+        req = self.org.requests[rid]
+        attn = [b.page + 1 for b in req.blocks]
+        mamba = self._positions(req, 0, len(req.blocks))
+        for pos, block_id in self._override.get(rid, {}).items():
+            if pos < len(mamba):
+                mamba[pos] = block_id
+        return attn, mamba
+
+    def _positions(self, req: Any, start: int, stop: int) -> list[int]:
+        g, gr = self._grid, self.org.recurrent_grid
+        out = []
+        for i in range(start, stop):
+            ck = req.ckpts.get(ceil_div((i + 1) * g, gr) * gr)
+            out.append(self._home_id(ck.home_page) if ck is not None else 0)
+        return out
+
+    def _new_blocks(self, rid: str) -> Any:
+        req = self.org.requests[rid]
+        sent = self._sent[rid]
+        n = len(req.blocks)
+        attn = [b.page + 1 for b in req.blocks[sent[0]:]]
+        mamba = self._positions(req, sent[1], n)
+        sent[0] = sent[1] = n
+        if not attn and not mamba:
+            return self.empty_kv_cache_blocks
+        self._new_attn_ids.extend(attn)
+        return self._kv_blocks(attn, mamba)
+
+    def _kv_blocks(self, attn: list[int], mamba: list[int]) -> Any:
+        from vllm.v1.core.kv_cache_manager import KVCacheBlocks
+
+        groups: list[list[Any]] = [[], []]
+        blk = self._blk
+        groups[self.attn_gid] = [blk[i] for i in attn]
+        groups[self.mamba_gid] = [blk[i] for i in mamba]
+        return KVCacheBlocks(tuple(groups))
+
+    # == release ==================================================================================
+    def free(self, request: Any) -> None:
+        rid = request.request_id
+        if rid not in self._known:
+            return
+        self._sync(request)
+        computed = request.num_computed_tokens
+        if computed and rid in self._sent:
+            self.ops.publish(rid, computed)
+        if request.is_finished():
+            self.ops.finish(rid)
+            self._known.pop(rid, None)
+            self.counters["finished"] += 1
+        else:
+            self.ops.preempt(rid)
+            self.counters["preemptions"] += 1
+        for table in (self._hits, self._sent, self._override, self._adopted):
+            table.pop(rid, None)
+        self._sync_state()
+
+    def pop_blocks_for_free(self, request: Any) -> list[Any]:
+        self.free(request)
+        return []
+
+    def remove_skipped_blocks(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+    def evict_blocks(self, block_ids: set[int]) -> None:
+        return None
+
+    def cache_blocks(self, request: Any, num_computed_tokens: int) -> None:
+        rid = self._sync(request)
+        if rid in self._sent and num_computed_tokens:
+            self.ops.publish(rid, num_computed_tokens)
+
+    def reset_prefix_cache(self) -> bool:
+        cached = sum(p.num_cached for p in self.org.pools())
+        self.ops.evict(cached)
+        self._sync_state()
+        if self.prefix_cache_stats is not None:
+            self.prefix_cache_stats.reset = True
+        return True
+
+    # == state table ==============================================================================
+    def _sync_state(self) -> None:
+        """Mirror every live complete checkpoint into the state table (set new/changed, drop
+        gone). Cheap when nothing changed: keyed on (next ident, live count)."""
+        org = self.org
+        sig = (org._next_ident, len(org.live_ckpts))
+        if sig == self._state_sig:
+            return
+        self._state_sig = sig
+        want: dict[int, StateAddress] = {}
+        for ck in org.live_ckpts.values():
+            if ck.conv >= 0 and all(p >= 0 for p in ck.members):
+                want[self._home_id(ck.home_page)] = StateAddress(tuple(ck.members), ck.conv)
+        table = self.state_table
+        for block_id in [b for b in self._state if b not in want]:
+            table.drop(block_id)
+            del self._state[block_id]
+        for block_id, addr in want.items():
+            if self._state.get(block_id) != addr:
+                table.set(block_id, addr)
+                self._state[block_id] = addr
+
+    # == faults ===================================================================================
+    def _stale_checkpoint(self, rid: str, hit: LookupResult) -> None:
+        """Fault: hand the adopter the checkpoint of a shallower boundary at its depth's
+        position (the first discoverable one going down), when one exists."""
+        org = self.org
+        _, rec_chain = org.hash_chains(rid)
+        gr = org.recurrent_grid
+        for b in range(hit.j - gr, 0, -gr):
+            ck = org.rec_index.get(rec_chain[b // gr - 1])
+            if ck is not None and ck.conv >= 0 and all(p >= 0 for p in ck.members):
+                self._override.setdefault(rid, {})[hit.j // self._grid - 1] = \
+                    self._home_id(ck.home_page)
+                self.fault_count += 1
+                return
+
+    def _install_skip_invalidate(self) -> None:
+        """Fault: reclaiming a cached unit frees it without detaching or invalidating the
+        entries stored on it (they stay discoverable on reused storage)."""
+        org = self.org
+        manager = self
+
+        def _reclaim(pool: Any, page: int, cause: Any, requester: str) -> None:
+            if org.owner[pool.name][page] is not None:
+                manager.fault_count += 1
+            pool.reclaim(page)
+            org.owner[pool.name][page] = None
+
+        org._reclaim = _reclaim  # type: ignore[method-assign]
+
+    # == accounting and the rest of vLLM's manager API =============================================
+    @property
+    def usage(self) -> float:
+        pools = self.org.pools()
+        total = sum(p.total for p in pools)
+        return sum(p.total - p.num_free for p in pools) / total if total else 0.0
+
+    def make_prefix_cache_stats(self) -> Any:
+        if not self.log_stats:
+            return None
+        stats = self.prefix_cache_stats
+        self.prefix_cache_stats = self._stats_cls()
+        return stats
+
+    def record_prefix_cache_stats(self, request: Any, num_hits: int) -> None:
+        if not self.log_stats or not self.prefix_cache_lookup_enabled(request):
+            return
+        assert self.prefix_cache_stats is not None
+        self.prefix_cache_stats.record(num_tokens=request.num_tokens, num_hits=num_hits,
+                                       preempted=request.num_preemptions > 0)
+
+    def estimate_cached_tokens(self, request: Any) -> int:
+        return self._adopted.get(request.request_id, 0)
+
+    def get_blocks(self, request_id: str) -> Any:
+        if request_id not in self.org.requests:
+            return self.empty_kv_cache_blocks
+        attn, mamba = self._full_tables(request_id)
+        return self._kv_blocks(attn, mamba)
+
+    def get_block_ids(self, request_id: str) -> tuple[list[int], ...]:
+        return self.get_blocks(request_id).get_block_ids()
+
+    def get_block_ids_for_computed_tokens(self, request_id: str,
+                                          num_computed_tokens: int) -> tuple[list[int], ...]:
+        return self.get_block_ids(request_id)
+
+    def get_num_common_prefix_blocks(self, running_request_id: str) -> list[int]:
+        return [0] * self.num_kv_cache_groups
+
+    def take_events(self) -> list[Any]:
+        return []
+
+    def take_new_block_ids(self) -> list[int]:
+        ids, self._new_attn_ids = self._new_attn_ids, []
+        return ids
+
+    def record_blocks_for_zeroing(self, request_id: str, start_token: int) -> None:
+        return None
+
+    def take_kv_cache_block_copies(self) -> tuple[list[Any], list[Any]]:
+        return [], []
+
+    def take_boundary_state_offloads(self) -> dict[str, list[tuple[int, int, int]]]:
+        return {}
+
+    def finalize_partial_tail_offloads(self, request: Any) -> list[tuple[int, int, int]]:
+        return []
+
+    def truncate_computed_blocks(self, blocks: Any, num_computed_tokens: int) -> Any:
+        raise HybridMemError("organization mode does not support KV connectors")
+
+    def create_kv_cache_blocks(self, blocks: tuple[list[Any], ...]) -> Any:
+        from vllm.v1.core.kv_cache_manager import KVCacheBlocks
+
+        return KVCacheBlocks(blocks) if any(blocks) else self.empty_kv_cache_blocks
+
+    def new_step_starts(self) -> None:
+        return None

@@ -1,0 +1,253 @@
+"""vLLM's real Scheduler serving through an organization (issue 11): ``OrgScheduler``.
+
+Used through vLLM's supported seam ``scheduler_cls`` (resolved in ``config/scheduler.py``)::
+
+    EngineArgs(..., scheduler_cls="hybridmem.vllm_plugin.org_scheduler.OrgScheduler",
+               additional_config={"hybridmem": {"org": "S2", "budget": "b40", ...}},
+               async_scheduling=False, enable_prefix_caching=True)
+    vllm serve M --scheduler-cls hybridmem.vllm_plugin.org_scheduler.OrgScheduler \\
+               --additional-config '{"hybridmem": {...}}' --no-async-scheduling
+
+After ``super().__init__`` it swaps ``kv_cache_manager`` for an
+:class:`~hybridmem.vllm_plugin.org_manager.OrgKVCacheManager`. The plugin's
+:func:`install_block_override` (installed by ``register()`` in every vLLM process) sets the
+number of KV-cache blocks to the organization's block ids (``pages + 1``) when the engine sizes
+its cache, so every id the organization hands out exists.
+
+Trace (``HYBRIDMEM_TRACE`` names the path, as in stock mode; the stock hooks are kept off):
+
+==============  ============================================================================
+event           source
+==============  ============================================================================
+WAITING_ENTRY   ``add_request`` (episode 0) and after each preemption (episode k+1), with the
+                organization's own hash chains (attention per block, recurrent per boundary)
+PREEMPTION      ``_preempt_request`` (episode k), before the organization's PIN / RELEASE
+RESUME          the manager, when a preempted request is admitted (before its ADOPTION)
+FINISH          ``_free_request``, before the organization's RELEASE events (cause FINISH)
+ALLOCATION      REJECTED by the admission headroom check: the manager (nothing adopted);
+                every other ALLOCATION, and ADOPTION, PUBLICATION, LOSS, RELEASE, PIN, UNPIN,
+                RETENTION: the organization's own observer, with its page and line ids
+END             ``shutdown`` closes the sink
+==============  ============================================================================
+
+``--check-invariants``: the organization runs inside
+:class:`invariants.checkers.DebugOrganization` (every App. D.2 check after every mutating call,
+pool watchers for the transient ones) and ``check_integrity`` runs after every ``schedule`` and
+``update_from_output``; a violation raises :class:`InvariantStop` naming invariant, unit and
+entry, which stops the engine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any
+
+from vllm.v1.core.sched.scheduler import Scheduler
+
+from hybridmem.errors import HybridMemError
+from hybridmem.events import Event, EventKind
+from hybridmem.vllm_plugin import faults
+from hybridmem.vllm_plugin.org_manager import OrgKVCacheManager
+from hybridmem.vllm_plugin.org_settings import (
+    SCHEDULER_QUALNAME,
+    VIOLATION_MARK,
+    OrgSettings,
+    build_org,
+    plan_org,
+    serving_geometry,
+    serving_grid,
+    settings_from,
+)
+from hybridmem.vllm_plugin.state_table import activate as activate_state_table
+
+QUALNAME = SCHEDULER_QUALNAME
+TRACER_ATTR = "_hybridmem_tracer"  # tracing.py's attribute: non-None keeps its hooks off
+
+
+class InvariantStop(RuntimeError):
+    """An App. D.2 invariant broke during serving (one line: invariant, unit, entry)."""
+
+
+def _raised_by_hybridmem(exc: BaseException) -> bool:
+    tb = exc.__traceback__
+    last = None
+    while tb is not None:
+        last = tb.tb_frame.f_code.co_filename
+        tb = tb.tb_next
+    return last is not None and ("/hybridmem/" in last or "/invariants/" in last)
+
+
+class OrgTracer:
+    """What drivers read on ``scheduler._hybridmem_tracer``: the sink and ``close``."""
+
+    def __init__(self, sink: Any) -> None:
+        self.sink = sink
+        self.closed = False
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.sink.close()
+
+
+_OFF = object()  # placeholder that keeps tracing.install()'s hook from attaching
+
+
+def trace_meta(scheduler: Any, settings: OrgSettings, plan: Any) -> dict[str, Any]:
+    import vllm
+
+    vc = scheduler.vllm_config
+    meta: dict[str, Any] = {
+        "engine": "vllm",
+        "engine_version": vllm.__version__,
+        **plan.as_dict(),
+        "organization": settings.org,
+        "policy": {"headroom": settings.headroom, "pin_k": settings.pin_k,
+                   "pin_budget": settings.pin_budget, "retention": settings.retention,
+                   "max_num_seqs": scheduler.scheduler_config.max_num_seqs},
+        "fault": settings.fault,
+        "check_invariants": settings.check_invariants,
+        "units": {k: v for k, v in plan.units.as_dict().items()
+                  if k in ("page_bytes", "ssm_members", "conv_slot_bytes", "slots_per_slab",
+                           "s0_page_bytes")},
+        "num_blocks": scheduler.kv_cache_config.num_blocks,
+        "enable_prefix_caching": bool(vc.cache_config.enable_prefix_caching),
+        "mamba_cache_mode": str(vc.cache_config.mamba_cache_mode),
+        "model": str(vc.model_config.model),
+        "seed": vc.model_config.seed,
+        "max_num_seqs": scheduler.scheduler_config.max_num_seqs,
+    }
+    extra = os.environ.get("HYBRIDMEM_TRACE_META")
+    if extra:
+        meta.update(json.loads(extra))
+    return meta
+
+
+class OrgScheduler(Scheduler):
+    """vLLM's Scheduler with an organization-backed KV-cache manager."""
+
+    def __init__(self, vllm_config: Any, kv_cache_config: Any, *args: Any, **kwargs: Any) -> None:
+        settings = settings_from(vllm_config.additional_config)
+        if settings is None:
+            raise HybridMemError("OrgScheduler needs additional_config={'hybridmem': {'org': ..., "
+                                 "'budget': ...}}")
+        if vllm_config.scheduler_config.async_scheduling:
+            raise HybridMemError("organization mode needs async scheduling off "
+                                 "(--no-async-scheduling): only computed state is published")
+        setattr(self, TRACER_ATTR, _OFF)
+        super().__init__(vllm_config, kv_cache_config, *args, **kwargs)
+        cache = vllm_config.cache_config
+        if not cache.enable_prefix_caching or cache.mamba_cache_mode != "align":
+            raise HybridMemError("organization mode needs prefix caching on (Mamba cache mode "
+                                 f"'align'), got {cache.enable_prefix_caching=} "
+                                 f"{cache.mamba_cache_mode=}")
+        self.org_settings = settings
+        plan = plan_org(settings, serving_geometry(vllm_config), serving_grid(vllm_config))
+        self.org_plan = plan
+        self._grid = plan.grid
+        faults.activate(settings.fault)
+        path = os.environ.get("HYBRIDMEM_TRACE")
+        sink = None
+        if path:
+            from hybridmem.engines.trace_sink import open_sink
+
+            sink = open_sink(path, trace_meta(self, settings, plan))
+        org = build_org(plan, sink)
+        ops: Any = org
+        self._checker: Any = None
+        if settings.check_invariants:
+            from invariants.checkers import DebugOrganization
+
+            ops = DebugOrganization(org)
+            self._checker = ops
+        self.org = org
+        stock = getattr(self, "kv_cache_manager")  # noqa: B009 (vLLM types it KVCacheManager)
+        manager = OrgKVCacheManager(stock, plan, org, ops, sink)
+        setattr(self, "kv_cache_manager", manager)  # noqa: B010
+        activate_state_table(manager.state_table)
+        self._sink = sink
+        self.org_step = 0
+        setattr(self, TRACER_ATTR, OrgTracer(sink) if sink is not None else None)
+
+    # -- engine-side events ------------------------------------------------------------------
+    def _emit(self, kind: EventKind, request: Any, episode: int, **fields: Any) -> None:
+        if self._sink is not None:
+            self._sink.on_event(Event(kind, step=self.org_step, request_id=request.request_id,
+                                      preemption_count=episode, **fields))
+
+    def _waiting_entry(self, request: Any) -> None:
+        if self._sink is not None:
+            attn, rec = self.kv_cache_manager.chains(request)
+            self._emit(EventKind.WAITING_ENTRY, request, request.num_preemptions,
+                       depth=request.num_tokens, chain=attn, recurrent_chain=rec)
+
+    def add_request(self, request: Any) -> None:
+        is_new = request.request_id not in self.requests
+        super().add_request(request)
+        if is_new and request.request_id in self.requests:
+            self.kv_cache_manager.add_request(request)
+            self._waiting_entry(request)
+
+    def _preempt_request(self, request: Any, *args: Any, **kwargs: Any) -> None:
+        self._emit(EventKind.PREEMPTION, request, request.num_preemptions,
+                   depth=request.num_tokens)
+        super()._preempt_request(request, *args, **kwargs)
+        self._waiting_entry(request)
+
+    def _free_request(self, request: Any, *args: Any, **kwargs: Any) -> Any:
+        self._emit(EventKind.FINISH, request, request.num_preemptions, depth=request.num_tokens)
+        return super()._free_request(request, *args, **kwargs)
+
+    # -- prefill chunks ----------------------------------------------------------------------
+    def _mamba_block_aligned_split(self, request: Any, num_new_tokens: int,
+                                   num_new_local_computed_tokens: int = 0,
+                                   num_external_computed_tokens: int = 0) -> int:
+        """vLLM's split, then also stop at the next grid boundary: the organization allocates
+        (and later publishes) a checkpoint at every boundary, and on CPU a chunk writes only
+        its end state, so every boundary must be a chunk end (seams note, trap 3)."""
+        n = super()._mamba_block_aligned_split(request, num_new_tokens,
+                                               num_new_local_computed_tokens,
+                                               num_external_computed_tokens)
+        start = (request.num_computed_tokens + num_new_local_computed_tokens
+                 + num_external_computed_tokens)
+        stop = (start // self._grid + 1) * self._grid
+        return min(n, stop - start)
+
+    # -- steps -------------------------------------------------------------------------------
+    def schedule(self, *args: Any, **kwargs: Any) -> Any:
+        self.org_step += 1
+        self.org.step = self.org_step
+        out = self._checked(super().schedule, *args, **kwargs)
+        return out
+
+    def update_from_output(self, *args: Any, **kwargs: Any) -> Any:
+        return self._checked(super().update_from_output, *args, **kwargs)
+
+    def _checked(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """Run a scheduler step; with checks on, the App. D.2 checkers run after it. An
+        AssertionError raised inside the organization (its own accounting, e.g. under a fault)
+        or by a checker stops the engine as :class:`InvariantStop`; vLLM's own assertions
+        propagate unchanged."""
+        try:
+            out = fn(*args, **kwargs)
+            if self._checker is not None:
+                self._checker.check_integrity()
+        except AssertionError as exc:
+            if self._checker is None and not _raised_by_hybridmem(exc):
+                raise
+            line = f"step {self.org_step}: {self.org.name}: {exc}".replace("\n", " ")
+            print(f"{VIOLATION_MARK} {line}", file=sys.stderr, flush=True)
+            raise InvariantStop(line) from None
+        return out
+
+    def shutdown(self) -> None:
+        try:
+            super().shutdown()
+        finally:
+            tracer = getattr(self, TRACER_ATTR, None)
+            if isinstance(tracer, OrgTracer):
+                tracer.close()
+            activate_state_table(None)  # a later engine in this process starts clean
+            faults.activate(None)

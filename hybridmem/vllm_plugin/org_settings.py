@@ -1,0 +1,311 @@
+"""Which organization serves, with which budget and policy: settings and capacity (issue 11).
+
+The settings travel inside vLLM's engine config, ``additional_config={"hybridmem": {...}}``
+(``vllm serve --additional-config '{"hybridmem": {...}}'``), so the engine-core process builds
+the same organization in process and behind a server::
+
+    {"org": "S2", "budget": "b40", "headroom": 0.0, "pin_k": 2, "pin_budget": null,
+     "retention": false, "fault": null, "check_invariants": false,
+     "attention_fraction": null}
+
+Capacity. The budget is parsed as ``hybridmem plan`` parses it (label ``bN``, bytes or a size,
+per layer) for the model's geometry, with the organization's grid ``G`` from
+:func:`serving_grid` (phase 1: the block size vLLM chose for the hybrid groups, 128 tokens for the
+tiny model on CPU), and turned into the organization's units by the plan::
+
+    S0-S2  pages = round(nominal / page)                 block ids 1 .. pages
+    D0     attention units of G tokens = floor(frac x nominal / 16a) x 16 / G
+           composites                   = floor((1 - frac) x nominal / r)
+           block ids 1 .. A (attention), A + 1 .. A + R (composites)
+
+vLLM must have every block id the organization can hand out, so ``num_gpu_blocks`` is
+:func:`num_block_ids` (``pages + 1``; D0 ``A + R + 1``): id 0 is vLLM's null block.
+
+D0 on vLLM 0.32. vLLM's ``mamba_cache_mode='align'`` forces the Mamba block size to the attention
+block size (``platforms/interface.py``: ``mamba_block_size = block_size``) and every group to one
+page size; ``prefix_match_unit`` (``hash_block_size``) only refines hash matching, not storage. So
+D0 cannot run its native 16-token attention unit there: it runs with attention units of ``G``
+tokens (``G / 16`` native units each, capacity converted accordingly) and its checkpoint interval
+rounded up to a multiple of ``G`` (the tiny model: 128 / 256 instead of 16 / 256; Falcon-H1-7B on
+GPU: 1,568 / 3,136 instead of 16 / 1,792). Its two pools stay static and separate.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from hybridmem.budget import parse_budget, plan_budget
+from hybridmem.cached_org import CachedOrganization
+from hybridmem.errors import HybridMemError
+from hybridmem.events import Observer
+from hybridmem.geometry import Geometry, ceil_div, geometry_from_config
+from hybridmem.organization import ORGANIZATIONS, make_organization
+from hybridmem.orgs import D0
+from hybridmem.units import Units, derive_units
+from hybridmem.vllm_plugin import faults
+
+CONFIG_KEY = "hybridmem"
+SCHEDULER_QUALNAME = "hybridmem.vllm_plugin.org_scheduler.OrgScheduler"  # scheduler_cls
+VIOLATION_MARK = "HYBRIDMEM INVARIANT VIOLATION:"  # the engine core's one stderr line
+ORG_NAMES = ("S0", "S1", "S2", "D0")
+
+
+@dataclass(frozen=True)
+class OrgSettings:
+    org: str
+    budget: str
+    headroom: float = 0.0
+    pin_k: int | None = None
+    pin_budget: int | None = None
+    retention: bool = False
+    fault: str | None = None
+    check_invariants: bool = False
+    attention_fraction: float | None = None
+
+    def check(self) -> OrgSettings:
+        """Validate every field; ValueError naming the offending value."""
+        if self.org not in ORGANIZATIONS:
+            raise ValueError(f"unknown organization {self.org!r}; expected one of "
+                             f"{', '.join(ORG_NAMES)}")
+        if not isinstance(self.budget, str) or not self.budget.strip():
+            raise ValueError(f"budget must be a label bN, bytes or a size, got {self.budget!r}")
+        if not (isinstance(self.headroom, (int, float)) and math.isfinite(self.headroom)
+                and 0.0 <= self.headroom < 1.0):
+            raise ValueError(f"headroom must be a finite fraction in [0, 1), got {self.headroom}")
+        if self.pin_k is not None and self.pin_k not in (1, 2, 3):
+            raise ValueError(f"pin-k must be 1, 2 or 3, got {self.pin_k}")
+        if self.pin_budget is not None:
+            if self.pin_k is None:
+                raise ValueError("pin-budget needs pin-k (pinning is off without it)")
+            if self.pin_budget < 1:
+                raise ValueError(f"pin-budget must be >= 1, got {self.pin_budget}")
+        faults.check(self.fault)
+        if self.attention_fraction is not None and not (
+                math.isfinite(self.attention_fraction) and 0 < self.attention_fraction < 1):
+            raise ValueError(f"attention fraction must lie in (0, 1), got "
+                             f"{self.attention_fraction}")
+        return self
+
+    def as_config(self) -> dict[str, Any]:
+        return {CONFIG_KEY: asdict(self)}
+
+    def policy(self) -> dict[str, object]:
+        return {"pin_k": self.pin_k, "pin_budget": self.pin_budget, "retention": self.retention}
+
+
+def settings_from(additional_config: dict[str, Any] | None) -> OrgSettings | None:
+    """The settings in vLLM's ``additional_config`` (None: organization mode off)."""
+    raw = (additional_config or {}).get(CONFIG_KEY)
+    if not raw:
+        return None
+    if not isinstance(raw, dict):
+        raise HybridMemError(f"additional_config[{CONFIG_KEY!r}] must be an object, got {raw!r}")
+    known = set(OrgSettings.__dataclass_fields__)
+    unknown = set(raw) - known
+    if unknown:
+        raise HybridMemError(f"additional_config[{CONFIG_KEY!r}]: unknown keys "
+                             f"{sorted(unknown)}; expected {sorted(known)}")
+    try:
+        return OrgSettings(**raw).check()
+    except (TypeError, ValueError) as exc:
+        raise HybridMemError(str(exc)) from None
+
+
+# -- geometry and grid --------------------------------------------------------------------------
+def serving_geometry(vllm_config: Any) -> Geometry:
+    """The model's per-layer geometry with the SSM dtype vLLM actually stores state in."""
+    cfg = vllm_config.model_config.hf_config.to_dict()
+    cache = vllm_config.cache_config
+    model_dtype = str(vllm_config.model_config.dtype).removeprefix("torch.")
+    ssm = str(cache.mamba_ssm_cache_dtype)
+    if ssm == "auto":
+        ssm = str(cache.mamba_cache_dtype)
+    if ssm == "auto":
+        ssm = model_dtype
+    cfg = {**cfg, "dtype": model_dtype}
+    return geometry_from_config(cfg, name=str(vllm_config.model_config.model), ssm_dtype=ssm)
+
+
+def serving_grid(vllm_config: Any) -> int:
+    """THE organization grid G in tokens (attention block and checkpoint interval of S0-S2).
+
+    Phase 1: the block size vLLM chose for the hybrid groups, so one organization page is one
+    vLLM block and a checkpoint's state sits in vLLM's Mamba row at its home block id. The
+    worker-side state helper may make G smaller later (checkpoints over several member pages);
+    this is the one place to change.
+    """
+    return int(vllm_config.cache_config.block_size)
+
+
+# -- capacity -----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class OrgPlan:
+    """An organization's capacity on the serving grid."""
+
+    settings: OrgSettings
+    units: Units
+    grid: int  # G: vLLM block size = attention unit (all four orgs in phase 1)
+    interval: int  # recurrent checkpoint interval (S0-S2: G; D0: a multiple of G)
+    capacity: int | tuple[int, int]  # pages, or D0 (attention units, composites)
+    nominal_bytes: int  # the budget per layer
+
+    @property
+    def num_block_ids(self) -> int:
+        """vLLM blocks needed so that every id the organization hands out exists."""
+        if isinstance(self.capacity, tuple):
+            return self.capacity[0] + self.capacity[1] + 1
+        return self.capacity + 1
+
+    @property
+    def recurrent_id_offset(self) -> int:
+        """Added to a checkpoint's home id: D0's composites follow the attention pool."""
+        return self.capacity[0] if isinstance(self.capacity, tuple) else 0
+
+    def headroom_units(self) -> tuple[int, int]:
+        """H = floor(f B) per pool (shared pools: both equal)."""
+        f = self.settings.headroom
+        if isinstance(self.capacity, tuple):
+            return math.floor(f * self.capacity[0]), math.floor(f * self.capacity[1])
+        h = math.floor(f * self.capacity)
+        return h, h
+
+    def as_dict(self) -> dict[str, Any]:
+        cap: dict[str, int]
+        if isinstance(self.capacity, tuple):
+            cap = {"attention_units": self.capacity[0], "recurrent_units": self.capacity[1]}
+        else:
+            cap = {"pages": self.capacity}
+        return {"organization": self.settings.org, "budget": self.settings.budget,
+                "budget_bytes": self.nominal_bytes, "attention_grid_tokens": self.grid,
+                "recurrent_grid_tokens": self.interval, "capacity": cap,
+                "num_block_ids": self.num_block_ids}
+
+
+def plan_org(settings: OrgSettings, geometry: Geometry, grid: int) -> OrgPlan:
+    """The organization's capacity for ``settings.budget`` on grid ``grid`` (HybridMemError when
+    the budget gives it no unit)."""
+    units = derive_units(geometry, grid_tokens=grid)
+    budget = parse_budget(settings.budget, units)
+    plan = plan_budget(units, budget, settings.attention_fraction)
+    name = settings.org
+    if name == "D0":
+        if plan.d0 is None:
+            raise HybridMemError(f"{geometry.model}: D0 needs an attention fraction "
+                                 "(--attention-fraction); the model has no preset")
+        per_block = grid // units.d0_attn_tokens
+        attention = plan.d0.attention_units // per_block
+        interval = ceil_div(units.d0_interval_tokens, grid) * grid
+        capacity: int | tuple[int, int] = (attention, plan.d0.recurrent_units)
+        if attention < 1 or plan.d0.recurrent_units < 1:
+            raise HybridMemError(
+                f"budget {settings.budget} ({budget.nominal_bytes:,} B per layer) gives D0 "
+                f"{attention} attention units of {grid} tokens and {plan.d0.recurrent_units} "
+                "composites; each pool needs at least 1")
+    else:
+        sp = plan.org(name)
+        assert sp is not None and not isinstance(sp, tuple)
+        capacity = sp.pages  # type: ignore[union-attr]
+        interval = grid
+        if capacity < 2:
+            raise HybridMemError(f"budget {settings.budget} ({budget.nominal_bytes:,} B per "
+                                 f"layer) gives {name} {capacity} pages; need at least 2")
+    return OrgPlan(settings, units, grid, interval, capacity, budget.nominal_bytes)
+
+
+def build_org(plan: OrgPlan, observer: Observer | None) -> CachedOrganization:
+    """The organization of ``plan`` with its policy, reporting to ``observer``."""
+    s = plan.settings
+    policy = s.policy()
+    if isinstance(plan.capacity, tuple):
+        u = plan.units
+        return D0(plan.capacity[0], plan.capacity[1], plan.grid * u.geometry.attn_bytes_per_token,
+                  u.d0_recurrent_unit_bytes, plan.grid, plan.interval, observer, **policy)
+    units = plan.units
+    budget = parse_budget(s.budget, units)
+    org = make_organization(s.org, units, plan_budget(units, budget, s.attention_fraction),
+                            observer, **policy)
+    _decode_lines_with_own_slots(org)
+    return org
+
+
+def _decode_lines_with_own_slots(org: CachedOrganization) -> None:
+    """Shim: ``CachedOrganization._conv_pages`` decodes S2 lines with the default 16 slots per
+    slab; the tiny model's slabs have 32 (issue 11, item 7: being fixed in ``cached_org``).
+    Bind a per-instance version that decodes with the organization's own slot count. Identical
+    to the method when the slab has 16 slots or once the method is fixed."""
+    if org.slabs is None or org.slabs.slots_per_slab == 16:
+        return
+    slots = org.slabs.slots_per_slab
+
+    def _conv_pages(ck: Any) -> list[int]:
+        return [ck.conv // slots] if ck.conv >= 0 else []
+
+    org._conv_pages = _conv_pages  # type: ignore[method-assign]
+
+
+def max_request_need(plan: OrgPlan, tokens: int) -> int:
+    """Shared-pool units one request of ``tokens`` tokens holds at its peak: every block, and
+    two checkpoints (the newest complete one and the running state's destination; prefills are
+    split at block boundaries) -- every checkpoint when retention may keep superseded ones."""
+    blocks = ceil_div(tokens, plan.grid)
+    ckpts = ceil_div(tokens, plan.interval)
+    if not plan.settings.retention:
+        ckpts = min(ckpts, 2)
+    u = plan.units
+    org = plan.settings.org
+    if org == "S1":
+        return blocks + ckpts * (u.ssm_members + 1)
+    if org == "S2":
+        return blocks + ckpts * u.ssm_members + ceil_div(ckpts, u.slots_per_slab)
+    return blocks + ckpts
+
+
+def fits_one_request(plan: OrgPlan, tokens: int) -> str | None:
+    """None when a request of ``tokens`` tokens (its whole life: every checkpoint held at once,
+    the worst case before superseded ones are released) plus the headroom fits the capacity;
+    otherwise a one-line reason with the numbers."""
+    ha, hr = plan.headroom_units()
+    if isinstance(plan.capacity, tuple):
+        blocks = ceil_div(tokens, plan.grid)
+        ckpts = ceil_div(tokens, plan.interval)
+        if not plan.settings.retention:
+            ckpts = min(ckpts, 2)
+        if blocks + ha > plan.capacity[0] or ckpts + hr > plan.capacity[1]:
+            return (f"budget {plan.settings.budget} gives D0 {plan.capacity[0]} attention units "
+                    f"and {plan.capacity[1]} composites; a {tokens}-token request needs "
+                    f"{blocks} + headroom {ha} and {ckpts} + headroom {hr}")
+        return None
+    need = max_request_need(plan, tokens)
+    if need + ha > plan.capacity:
+        return (f"budget {plan.settings.budget} gives {plan.settings.org} {plan.capacity} pages; "
+                f"a {tokens}-token request needs up to {need} + headroom {ha}")
+    return None
+
+
+# -- block count ------------------------------------------------------------------------------
+_MARK = "_hybridmem_org_blocks"
+
+
+def install_block_override() -> None:
+    """Wrap ``kv_cache_utils.may_override_num_blocks`` (idempotent): with organization settings
+    in the engine config, vLLM sizes its KV cache to the organization's block ids."""
+    from vllm.v1.core import kv_cache_utils
+
+    original = kv_cache_utils.may_override_num_blocks
+    if getattr(original, _MARK, False):
+        return
+
+    @functools.wraps(original)
+    def may_override_num_blocks(vllm_config: Any, num_blocks: int) -> int:
+        n = original(vllm_config, num_blocks)
+        settings = settings_from(getattr(vllm_config, "additional_config", None))
+        if settings is None:
+            return n
+        plan = plan_org(settings, serving_geometry(vllm_config), serving_grid(vllm_config))
+        return plan.num_block_ids
+
+    setattr(may_override_num_blocks, _MARK, True)
+    kv_cache_utils.may_override_num_blocks = may_override_num_blocks

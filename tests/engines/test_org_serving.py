@@ -1,0 +1,256 @@
+"""S0/S1/S2/D0 serve real requests inside vLLM's scheduler (issue 11): tokens, traces, faults.
+
+Every run is the same shared-prefix workload (12 requests arriving together, prompts up to
+~900 tokens on a 1,024 model limit, share 0.8) at a small budget, so the organizations reclaim,
+preempt and resume (a resumed request adopts its own published checkpoints). Greedy token ids
+must equal ``--org vllm``'s; each fault is shown to change outputs or stop on an invariant.
+
+The model is whatever ``tiny_model`` builds (the default tiny model), so the tests still hold when
+that model changes. Runs cost ~20 s each on 2 CPUs: S2 and the vLLM reference run by default,
+the other organizations and the output-changing faults only with HYBRIDMEM_SLOW=1.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hybridmem.events import EventKind, StateKind
+
+pytestmark = pytest.mark.vllm
+
+K = EventKind
+BUDGET = "b96"  # tiny model: 24 pages of 128 tokens (S1/S2), forces reclaim and preemption
+WORKLOAD = dict(requests=12, rate=100.0, share=0.8, seed=5, cap=8, max_model_len=1024)
+SLOW_ORGS = {"S0", "S1", "D0"}
+
+
+class Runs:
+    """Module-scoped, lazily computed runs keyed by a name."""
+
+    def __init__(self, model: Path, root: Path) -> None:
+        self.model, self.root = model, root
+        self.done: dict[str, Any] = {}
+
+    def get(self, name: str, **org: Any) -> dict[str, Any]:
+        if name not in self.done:
+            import pyarrow.parquet as pq
+
+            from hybridmem.engines.vllm_run import RunConfig, run_serving
+
+            out = self.root / name
+            cfg = RunConfig(model=str(self.model), out=out, trace_dir=out / "trace",
+                            **WORKLOAD, **org)  # type: ignore[arg-type]
+            result = run_serving(cfg, progress=False)
+            self.done[name] = {
+                "summary": result.summary,
+                "tokens": pq.read_table(result.results_path).column("output_token_ids")
+                .to_pylist(),
+            }
+        return self.done[name]
+
+
+@pytest.fixture(scope="module")
+def runs(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Runs:
+    return Runs(tiny_model, tmp_path_factory.mktemp("org-runs"))
+
+
+def org_run(runs: Runs, org: str, **extra: Any) -> dict[str, Any]:
+    """A run of ``org`` at BUDGET; the App. D.2 invariant checks run unless a test turns them
+    off, so every organization's serving run is also an invariant run."""
+    extra.setdefault("check_invariants", True)
+    kw: dict[str, Any] = {"org": org, "budget": BUDGET, **extra}
+    if org == "D0":
+        kw.setdefault("attention_fraction", 0.5)
+    name = org + "".join(f"-{k}={v}" for k, v in sorted(extra.items()))
+    return runs.get(name, **kw)
+
+
+def events(run: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    from hybridmem.engines.trace_sink import read_trace
+
+    return read_trace(run["summary"]["trace_path"])
+
+
+ORGS = [pytest.param(o, marks=pytest.mark.slow) if o in SLOW_ORGS else o
+        for o in ("S0", "S1", "S2", "D0")]
+
+
+@pytest.mark.parametrize("org", ORGS)
+def test_greedy_tokens_equal_vllm_under_pressure(runs: Runs, org: str) -> None:
+    ref = runs.get("vllm")
+    run = org_run(runs, org)
+    s = run["summary"]
+    assert s["completed"] == s["requests"] == WORKLOAD["requests"]
+    assert s["organization"] == org and s["budget"] == BUDGET and s["budget_bytes"] > 0
+    assert s["invariant_checks"] == "passed" and s["fault"] is None
+    c = s["org_counters"]
+    assert c["preemptions"] >= 1 and c["adopted_tokens"] > 0, c  # pressure and reuse happened
+    assert run["tokens"] == ref["tokens"]
+
+
+@pytest.mark.parametrize("org", ORGS)
+def test_trace_is_the_organizations_own_history(runs: Runs, org: str) -> None:
+    import tracer
+
+    run = org_run(runs, org)
+    path = run["summary"]["trace_path"]
+    assert tracer.verify(path).accepted
+    meta, evs = events(run)
+    plan = run["summary"]["org_plan"]
+    assert meta["organization"] == org
+    assert meta["attention_grid_tokens"] == plan["attention_grid_tokens"]
+    assert meta["recurrent_grid_tokens"] == plan["recurrent_grid_tokens"]
+    assert meta["budget"] == BUDGET and meta["fault"] is None
+    kinds = Counter(K(e["kind"]) for e in evs)
+    for k in (K.WAITING_ENTRY, K.ADOPTION, K.ALLOCATION, K.PUBLICATION, K.RELEASE, K.LOSS,
+              K.PREEMPTION, K.RESUME, K.FINISH):
+        assert kinds[k] >= 1, (k, kinds)
+    n_ids = plan["num_block_ids"]
+    pubs = [e for e in evs if e["kind"] == K.PUBLICATION]
+    # real page ids: every published unit is a page of the organization's pool(s)
+    assert all(0 <= e["page"] < n_ids - 1 for e in pubs)
+    rec = [e for e in pubs if e["state_kind"] == StateKind.RECURRENT]
+    assert rec and all(e["depth"] % meta["recurrent_grid_tokens"] == 0 for e in rec)
+    if org == "S2":  # conv line ids 32p + s of real slab pages
+        slots = meta["units"]["slots_per_slab"]
+        assert all(0 <= e["line"] and e["line"] // slots < n_ids - 1 for e in rec)
+    adopted = [e["depth"] for e in evs if e["kind"] == K.ADOPTION]
+    assert any(d > 0 for d in adopted)
+
+
+@pytest.mark.parametrize("org", ORGS)
+def test_lineage_sql_equals_replay_on_an_org_trace(runs: Runs, org: str) -> None:
+    from lineage.report import analyse
+    from lineage.source import open_run
+
+    report = analyse(open_run(org_run(runs, org)["summary"]["trace_path"]))
+    assert report.agreement.episodes > WORKLOAD["requests"]  # resumes are episodes too
+    assert report.agreement.complete, report.agreement.disagreements
+
+
+def test_skip_invalidate_trips_the_reuse_invariant(runs: Runs) -> None:
+    """Negative control of the invariant checks (and of the equality above)."""
+    run = org_run(runs, "S2", fault="skip-invalidate")
+    s = run["summary"]
+    assert s["fault"] == "skip-invalidate" and s["fault_count"] >= 1
+    assert s["invariant_checks"].startswith("violated")
+    assert "[invalidate before reuse]" in s["invariant_checks"]
+    assert "unit shared page" in s["invariant_checks"] and "entry " in s["invariant_checks"]
+    meta, _ = events(run)
+    assert meta["fault"] == "skip-invalidate"
+    assert run["summary"]["trace_verdict"]["accepted"]
+
+
+@pytest.mark.slow
+def test_skip_invalidate_changes_outputs(runs: Runs) -> None:
+    """Without the checkers the fault either changes tokens or the organization's own
+    accounting stops the run (a stale entry adopted on a page that is free again)."""
+    run = org_run(runs, "S2", fault="skip-invalidate", check_invariants=False)
+    s = run["summary"]
+    assert s["fault_count"] >= 1
+    if s["invariant_checks"].startswith("violated"):
+        assert "page" in s["invariant_checks"]
+        return
+    ref = runs.get("vllm")["tokens"]
+    assert sum(a != b for a, b in zip(run["tokens"], ref, strict=True)) >= 1
+
+
+@pytest.mark.slow
+def test_stale_checkpoint_is_handed_out_and_changes_outputs(runs: Runs) -> None:
+    from hybridmem.engines import tiny_model
+
+    run = org_run(runs, "S2", fault="stale-checkpoint", check_invariants=False)
+    assert run["summary"]["fault_count"] >= 1  # the worker got a shallower checkpoint
+    changed = sum(a != b for a, b in zip(run["tokens"], runs.get("vllm")["tokens"],
+                                         strict=True))
+    if changed == 0 and not getattr(tiny_model, "STATE_SENSITIVE", False):
+        pytest.xfail("the tiny model forgets its SSM state within a few tokens (issue 11 item "
+                     "4): a stale checkpoint cannot change its greedy tokens")
+    assert changed >= 1
+
+
+def test_failed_admissions_never_adopt(runs: Runs) -> None:
+    """Every ADOPTION follows a successful admission: per episode at most one, and no
+    REJECTED allocation of a waiting episode is followed by a RELEASE before its adoption."""
+    run = org_run(runs, "S2", headroom=0.25)
+    s = run["summary"]
+    assert s["completed"] == WORKLOAD["requests"] and s["policy"]["headroom"] == 0.25
+    assert s["org_counters"]["admission_rejections"] >= 1
+    _, evs = events(run)
+    adoptions = Counter((e["request_id"], e["preemption_count"])
+                        for e in evs if e["kind"] == K.ADOPTION)
+    assert adoptions and max(adoptions.values()) == 1
+    waiting: set[tuple[str, int]] = set()
+    for e in evs:
+        key = (e["request_id"], e["preemption_count"])
+        if e["kind"] == K.WAITING_ENTRY:
+            waiting.add(key)
+        elif e["kind"] == K.ADOPTION:
+            waiting.discard(key)
+        elif e["kind"] == K.RELEASE and key in waiting:
+            raise AssertionError(f"{key} released storage while waiting: adopt-and-release")
+    assert run["tokens"] == runs.get("vllm")["tokens"]
+
+
+def test_summary_and_results_record_the_organization(runs: Runs) -> None:
+    run = org_run(runs, "S2")
+    s = run["summary"]
+    for key in ("organization", "budget_bytes", "fault", "invariant_checks", "policy"):
+        assert key in s, key
+    assert json.dumps(s)  # serialisable
+    assert all(isinstance(t, list) and t for t in run["tokens"])
+
+
+def test_pinning_and_retention_show_in_trace_and_summary(runs: Runs) -> None:
+    run = org_run(runs, "S2", pin_k=1, pin_budget=4, retention=True)
+    s = run["summary"]
+    assert s["completed"] == WORKLOAD["requests"] and s["invariant_checks"] == "passed"
+    assert s["policy"]["pin_k"] == 1 and s["policy"]["pin_budget"] == 4
+    assert s["policy"]["retention"] is True
+    meta, evs = events(run)
+    assert meta["policy"]["pin_k"] == 1 and meta["policy"]["retention"] is True
+    kinds = Counter(K(e["kind"]) for e in evs)
+    assert kinds[K.PIN] >= 1 and kinds[K.RETENTION] >= 1, kinds
+    pins = [e for e in evs if e["kind"] == K.PIN]
+    assert all(e["need"] == 1 and e["page"] >= 0 for e in pins)  # K and a real page
+    assert run["tokens"] == runs.get("vllm")["tokens"]
+
+
+@pytest.mark.slow
+def test_isolation_salts_every_chain(runs: Runs) -> None:
+    """--isolate: no request adopts another request's prefix (only its own, on resume)."""
+    run = org_run(runs, "S2", isolate=True)
+    _, evs = events(run)
+    initial = [e["depth"] for e in evs if e["kind"] == K.ADOPTION and e["preemption_count"] == 0]
+    assert initial and all(d == 0 for d in initial)
+    chains = [tuple(e["chain"]) for e in evs
+              if e["kind"] == K.WAITING_ENTRY and e["preemption_count"] == 0]
+    firsts = [c[0] for c in chains if c]
+    assert len(set(firsts)) == len(firsts)  # shared prefixes, yet every first key differs
+
+
+@pytest.mark.slow
+def test_server_mode_serves_through_the_organization(runs: Runs) -> None:
+    """`vllm serve` gets the scheduler seam and settings; its engine core runs S2."""
+    import pyarrow.parquet as pq
+
+    from hybridmem.engines.http_run import run_serving_http
+    from hybridmem.engines.vllm_run import RunConfig
+
+    out = runs.root / "http-S2"
+    cfg = RunConfig(model=str(runs.model), out=out, trace_dir=out / "trace", org="S2",
+                    budget=BUDGET, check_invariants=True, **WORKLOAD)  # type: ignore[arg-type]
+    result = run_serving_http(cfg, progress=False)
+    s = result.summary
+    assert s["completed"] == WORKLOAD["requests"] and s["server_exit_code"] == 0
+    assert s["organization"] == "S2" and s["invariant_checks"] == "passed"
+    assert s["budget_bytes"] and s["trace_verdict"]["accepted"]
+    meta, _ = events({"summary": s})
+    assert meta["organization"] == "S2" and meta["driver"] == "http"
+    tokens = pq.read_table(result.results_path).column("output_token_ids").to_pylist()
+    assert tokens == runs.get("vllm")["tokens"]
