@@ -141,10 +141,13 @@ class OrgStore:
     def corrupt(self, block_id: int, scale: float = 4.0) -> None:
         """Fault control: the checkpoint at the block's address, SSM x scale + 1, conv negated,
         scattered back to the same member pages and conv page / line."""
-        for store, t, row, m in self._rows(block_id):
-            cv, sv = self._views(row, store, m)
-            sv.mul_(scale).add_(1.0)
-            cv.neg_()
-            words = store.words(row)
-            sw = store.sizes.ssm_bytes // store.word
-            store.scatter(t, words[:, :sw], words[:, sw:])
+        import torch
+
+        with torch.inference_mode():  # the arenas are inference tensors (built in the forward)
+            for store, t, row, m in self._rows(block_id):
+                cv, sv = self._views(row, store, m)
+                sv.mul_(scale).add_(1.0)
+                cv.neg_()
+                words = store.words(row)
+                sw = store.sizes.ssm_bytes // store.word
+                store.scatter(t, words[:, :sw], words[:, sw:])
