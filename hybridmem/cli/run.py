@@ -76,6 +76,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    "violation stops the run (exit 1) naming invariant, unit and entry")
     o.add_argument("--attention-fraction", type=float, default=None, metavar="F",
                    help="D0's attention share in (0, 1) (models without a preset)")
+    o.add_argument("--poison-vllm-state", action="store_true",
+                   help="check mode: fill vLLM's own Mamba state rows with NaN before every "
+                   "Mamba forward (outputs must not change: the state lives at the "
+                   "organization's addresses)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
 
@@ -103,6 +107,7 @@ def run(args: argparse.Namespace) -> int:
         pin_k=args.pin_k, pin_budget=args.pin_budget, retention=args.retention,
         fault=args.fault, check_invariants=args.check_invariants,
         attention_fraction=args.attention_fraction,
+        poison_vllm_state=args.poison_vllm_state,
     )
     try:
         for name in ("headroom", "attention_fraction"):
@@ -127,6 +132,7 @@ def run(args: argparse.Namespace) -> int:
         result = run_serving(cfg, progress=not args.quiet)
     s = result.summary
     keys = ("seed", "trace", "organization", "budget", "budget_bytes", "fault",
+            "poison_vllm_state",
             "invariant_checks", "requests", "completed", "throughput_tok_s",
             "throughput_ledger_tok_s", "ttft_p50", "ttft_p99", "e2e_p50", "e2e_p99",
             "preemptions", "prefix_hit_tokens", "trace_path", "trace_verdict")

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from hybridmem.engines.run_results import RequestRecord, RunResult, summarize, write_run
-from hybridmem.engines.vllm_run import RunConfig, org_summary, prepare_run
+from hybridmem.engines.vllm_run import RunConfig, org_env, org_grid, org_summary, prepare_run
 from hybridmem.engines.vllm_server import SERVED_NAME, ServerSettings, VllmServer
 from hybridmem.workload import WorkloadRequest
 
@@ -151,7 +151,7 @@ def _tree_cpu(pid: int) -> float:
         return 0.0
 
 
-def _server_env(cfg: RunConfig, trace_path: Path | None) -> dict[str, str]:
+def _server_env(cfg: RunConfig, trace_path: Path | None, model: Path) -> dict[str, str]:
     import hybridmem
 
     env = dict(os.environ)
@@ -161,8 +161,10 @@ def _server_env(cfg: RunConfig, trace_path: Path | None) -> dict[str, str]:
     root = str(Path(hybridmem.__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
     env.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)  # the server runs its engine core apart
-    for k in ("HYBRIDMEM_TRACE", "HYBRIDMEM_TRACE_META"):
+    for k in ("HYBRIDMEM_TRACE", "HYBRIDMEM_TRACE_META", "HYBRIDMEM_ORG_GRID",
+              "HYBRIDMEM_POISON_VLLM_STATE"):
         env.pop(k, None)
+    env.update(org_env(cfg, model))  # the grid and poison check reach the engine core
     if trace_path is not None:
         env["HYBRIDMEM_TRACE"] = str(trace_path)
         env["HYBRIDMEM_TRACE_META"] = json.dumps(
@@ -215,10 +217,10 @@ def run_serving_http(cfg: RunConfig, progress: bool = True, start_timeout: float
     settings = ServerSettings(
         model=model, dtype=cfg.dtype, seed=cfg.seed, max_model_len=cfg.max_model_len,
         cap=cfg.cap, prefix_caching=cfg.prefix_caching, kv_blocks=cfg.kv_blocks,
-        kv_cache_bytes=cfg.kv_cache_bytes, extra_args=org_server_args(cfg),
+        kv_cache_bytes=cfg.kv_cache_bytes, extra_args=org_server_args(cfg, model),
     )
     records = {r.request_id: RequestRecord(r) for r in workload.requests}
-    server = VllmServer(settings, out / SERVER_LOG, _server_env(cfg, trace_path))
+    server = VllmServer(settings, out / SERVER_LOG, _server_env(cfg, trace_path, model))
     with _sigterm_exits(), server:
         server.start()
         assert server.proc is not None
@@ -254,19 +256,22 @@ def run_serving_http(cfg: RunConfig, progress: bool = True, start_timeout: float
         summary["org_plan"] = {k: meta.get(k) for k in (
             "organization", "budget", "budget_bytes", "attention_grid_tokens",
             "recurrent_grid_tokens", "capacity", "num_block_ids")}
+        summary["state_storage"] = meta.get("state_storage")
     return write_run(out, summary, records, manifest)
 
 
-def org_server_args(cfg: RunConfig) -> tuple[str, ...]:
-    """``vllm serve`` flags of organization mode (none for ``--org vllm``): the scheduler seam,
-    the settings as ``--additional-config`` (they reach the engine-core process) and async
-    scheduling off."""
+def org_server_args(cfg: RunConfig, model: Path) -> tuple[str, ...]:
+    """``vllm serve`` flags of organization mode (none for ``--org vllm``): the grid's block
+    size, the scheduler seam, the settings as ``--additional-config`` (they reach the
+    engine-core process) and async scheduling off."""
     settings = cfg.org_settings()
-    if settings is None:
+    grid = org_grid(cfg, model)
+    if settings is None or grid is None:
         return ()
+    from hybridmem.vllm_plugin.org_geometry import server_args
     from hybridmem.vllm_plugin.org_settings import SCHEDULER_QUALNAME as QUALNAME
 
-    return ("--scheduler-cls", QUALNAME, "--additional-config",
+    return (*server_args(grid), "--scheduler-cls", QUALNAME, "--additional-config",
             json.dumps(settings.as_config()), "--no-async-scheduling")
 
 

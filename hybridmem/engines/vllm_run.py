@@ -80,6 +80,7 @@ class RunConfig:
     fault: str | None = None     # fault injection (hybridmem.vllm_plugin.faults)
     check_invariants: bool = False  # App. D.2 checkers after every scheduler step
     attention_fraction: float | None = None  # D0's attention share (preset models: theirs)
+    poison_vllm_state: bool = False  # check mode: NaN into vLLM's own Mamba rows every step
 
     def org_settings(self) -> OrgSettings | None:
         """The organization settings the engine gets (None: ``--org vllm``)."""
@@ -108,7 +109,8 @@ class RunConfig:
         if self.org not in ORG_CHOICES:
             raise ValueError(f"org must be one of {', '.join(ORG_CHOICES)}, got {self.org!r}")
         if self.org == "vllm":
-            extra = {"budget": self.budget is not None, "headroom": self.headroom != 0.0,
+            extra = {"poison-vllm-state": self.poison_vllm_state,
+                     "budget": self.budget is not None, "headroom": self.headroom != 0.0,
                      "pin-k": self.pin_k is not None, "pin-budget": self.pin_budget is not None,
                      "retention": self.retention, "fault": self.fault is not None,
                      "check-invariants": self.check_invariants,
@@ -219,20 +221,43 @@ def _engine(cfg: RunConfig, model: Path) -> Any:
     if cfg.kv_blocks is not None:
         kwargs["num_gpu_blocks_override"] = cfg.kv_blocks
     kwargs["kv_cache_memory_bytes"] = cfg.kv_cache_bytes
-    kwargs.update(org_engine_args(cfg))
+    kwargs.update(org_engine_args(cfg, model))
     return LLMEngine.from_engine_args(EngineArgs(**kwargs))
 
 
-def org_engine_args(cfg: RunConfig) -> dict[str, Any]:
-    """EngineArgs of organization mode: the scheduler seam, the settings, async scheduling off
-    (``{}`` for ``--org vllm``). The plugin sizes the cache to the organization's block ids."""
+def org_grid(cfg: RunConfig, model: Path) -> Any:
+    """The organization grid override of the run (None for ``--org vllm``): the model's grid
+    (``org_geometry.model_grid``: 64 for the tiny model, 512 for Falcon-H1 checkpoints)."""
+    if cfg.org == "vllm":
+        return None
+    from hybridmem.vllm_plugin import org_geometry
+
+    return org_geometry.serving_grid(org_geometry.model_grid(model))
+
+
+def org_env(cfg: RunConfig, model: Path) -> dict[str, str]:
+    """Environment of organization mode the engine(-core) process must see: the grid and the
+    poison check (``{}`` for ``--org vllm``)."""
+    from hybridmem.vllm_plugin.org_state import POISON_ENV
+
+    grid = org_grid(cfg, model)
+    if grid is None:
+        return {}
+    return {**grid.env, POISON_ENV: "1" if cfg.poison_vllm_state else "0"}
+
+
+def org_engine_args(cfg: RunConfig, model: Path) -> dict[str, Any]:
+    """EngineArgs of organization mode: the grid (block size G), the scheduler seam, the
+    settings, async scheduling off (``{}`` for ``--org vllm``). The plugin sizes the cache to
+    the organization's block ids."""
     settings = cfg.org_settings()
-    if settings is None:
+    grid = org_grid(cfg, model)
+    if settings is None or grid is None:
         return {}
     from hybridmem.vllm_plugin.org_settings import SCHEDULER_QUALNAME as QUALNAME
 
-    return {"scheduler_cls": QUALNAME, "additional_config": settings.as_config(),
-            "async_scheduling": False}
+    return {**grid.engine_kwargs, "scheduler_cls": QUALNAME,
+            "additional_config": settings.as_config(), "async_scheduling": False}
 
 
 def org_summary(cfg: RunConfig, scheduler: Any | None, error: str | None) -> dict[str, Any]:
@@ -246,6 +271,8 @@ def org_summary(cfg: RunConfig, scheduler: Any | None, error: str | None) -> dic
                    "isolate": cfg.isolate},
         "invariant_checks": "violated: " + error if error else (
             "passed" if cfg.check_invariants else "off"),
+        "poison_vllm_state": cfg.poison_vllm_state,
+        "state_storage": None,
     }
     plan = getattr(scheduler, "org_plan", None)
     if settings is not None and plan is not None:
@@ -253,6 +280,7 @@ def org_summary(cfg: RunConfig, scheduler: Any | None, error: str | None) -> dic
         kvm = scheduler.kv_cache_manager  # type: ignore[union-attr]
         out["org_counters"] = dict(kvm.counters)
         out["fault_count"] = kvm.fault_count
+        out["state_storage"] = getattr(scheduler, "state_storage", None)
     return out
 
 
@@ -299,11 +327,26 @@ def run_serving(cfg: RunConfig, progress: bool = True) -> RunResult:
         from vllm.sampling_params import RequestOutputKind
 
         t_init = time.perf_counter()
+        env = org_env(cfg, model)
+        saved = {k: os.environ.get(k) for k in env}
         if cfg.org != "vllm":
+            from hybridmem.vllm_plugin import org_geometry, org_state
             from hybridmem.vllm_plugin.org_settings import install_block_override
 
             install_block_override()
-        engine = _engine(cfg, model)
+            org_geometry.install()
+            org_state.install()  # reads the poison setting from the environment below
+        os.environ.update(env)
+        try:
+            if cfg.org != "vllm":
+                org_state.set_poison(cfg.poison_vllm_state)
+            engine = _engine(cfg, model)
+        finally:
+            for k, v in saved.items():  # the next engine of this process starts clean
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
         init_s = time.perf_counter() - t_init
     finally:
         if trace_path is not None:
@@ -371,6 +414,10 @@ def run_serving(cfg: RunConfig, progress: bool = True) -> RunResult:
         preemptions = int(_metric_total("vllm:num_preemptions") - preempt0)
         scheduler = _scheduler(engine)
         engine.engine_core.shutdown()  # closes the trace (END)
+        if cfg.poison_vllm_state:
+            from hybridmem.vllm_plugin import org_state
+
+            org_state.set_poison(False)
     ledger = time.perf_counter() - t0
     cpu_s = time.process_time() - cpu0
     summary = summarize(cfg, records, ledger, init_s, trace_path, preemptions,
@@ -386,11 +433,12 @@ def run_serving(cfg: RunConfig, progress: bool = True) -> RunResult:
 def _violation(exc: BaseException) -> str | None:
     """The one-line message of an invariant stop raised inside the engine (else None)."""
     from hybridmem.vllm_plugin.org_scheduler import InvariantStop
+    from hybridmem.vllm_plugin.state_table import UnregisteredBlock
 
     seen: set[int] = set()
     e: BaseException | None = exc
     while e is not None and id(e) not in seen:
-        if isinstance(e, InvariantStop):
+        if isinstance(e, (InvariantStop, UnregisteredBlock)):
             return str(e)
         seen.add(id(e))
         e = e.__cause__ or e.__context__

@@ -36,6 +36,7 @@ from typing import Any, NamedTuple
 import torch
 
 GRID_ENV = "HYBRIDMEM_ORG_GRID"
+DEFAULT_GRID_TOKENS = 512  # SPEC's g: the grid of real Falcon-H1 checkpoints
 PAGES_ATTR = "_hybridmem_pages"
 _MARK = "_hybridmem_org_geometry"
 
@@ -60,6 +61,20 @@ def serving_grid(grid_tokens: int) -> GridOverride:
                          f"got {grid_tokens!r}")
     return GridOverride(grid_tokens, {"block_size": grid_tokens, "enable_prefix_caching": True},
                         {GRID_ENV: str(grid_tokens)})
+
+
+def model_grid(model: Any) -> int:
+    """THE organization grid G of a model directory (the one function that decides it): the
+    grid its ``hybridmem.json`` declares (the embedded tiny model: 64), else SPEC's 512."""
+    from hybridmem.engines.tiny_model import grid_tokens
+
+    declared = grid_tokens(str(model))
+    return serving_grid(declared if declared is not None else DEFAULT_GRID_TOKENS).grid_tokens
+
+
+def server_args(grid: GridOverride) -> tuple[str, ...]:
+    """``vllm serve`` flags of :attr:`GridOverride.engine_kwargs` (the env goes to the process)."""
+    return ("--block-size", str(grid.engine_kwargs["block_size"]), "--enable-prefix-caching")
 
 
 def activate_grid(grid_tokens: int | None) -> None:

@@ -53,19 +53,34 @@ from hybridmem.org_interface import LookupResult, Organization
 from hybridmem.vllm_plugin.org_settings import OrgPlan
 from hybridmem.vllm_plugin.state_table import StateAddress, StateLayout, StateTable
 
+_CONV = {"S0": "inside", "S1": "page", "S2": "slot", "D0": "inside"}
+
+
+def plan_layout(plan: OrgPlan) -> StateLayout:
+    """How ``plan``'s organization lays out one checkpoint (the worker's contract)."""
+    u = plan.units
+    name = plan.settings.org
+    if isinstance(plan.capacity, tuple):
+        return StateLayout("D0", "inside", plan.capacity[1], u.d0_recurrent_unit_bytes, 1, 0, 0,
+                           plan.interval)
+    if name == "S0":
+        return StateLayout("S0", "inside", plan.capacity, u.s0_page_bytes, 1, 0, 0,
+                           plan.interval)
+    slot = name == "S2"
+    return StateLayout(name, _CONV[name], plan.capacity, u.page_bytes, u.ssm_members,
+                       u.conv_slot_bytes if slot else 0, u.slots_per_slab if slot else 0,
+                       plan.interval)
+
 
 def state_layout(plan: OrgPlan, org: CachedOrganization) -> StateLayout:
-    u = plan.units
+    """:func:`plan_layout`, checked against the organization actually built."""
+    layout = plan_layout(plan)
     conv = {ConvPlacement.INSIDE: "inside", ConvPlacement.PAGE: "page",
             ConvPlacement.SLOT: "slot"}[org.placement]
-    if isinstance(plan.capacity, tuple):
-        return StateLayout("D0", conv, plan.capacity[1], u.d0_recurrent_unit_bytes, 1, 0, 0,
-                           plan.interval)
-    page = u.s0_page_bytes if org.name == "S0" else u.page_bytes
-    slot = u.conv_slot_bytes if org.placement == ConvPlacement.SLOT else 0
-    slots = u.slots_per_slab if org.placement == ConvPlacement.SLOT else 0
-    return StateLayout(org.name, conv, plan.capacity, page, org.members, slot, slots,
-                       plan.interval)
+    if (org.name, conv, org.members) != (layout.org, layout.conv, layout.members):
+        raise HybridMemError(f"{org.name}: built with conv {conv}, {org.members} members; the "
+                             f"plan's layout says {layout.conv}, {layout.members}")
+    return layout
 
 
 class OrgKVCacheManager:

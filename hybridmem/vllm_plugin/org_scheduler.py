@@ -109,6 +109,7 @@ def trace_meta(scheduler: Any, settings: OrgSettings, plan: Any) -> dict[str, An
                    "max_num_seqs": scheduler.scheduler_config.max_num_seqs},
         "fault": settings.fault,
         "check_invariants": settings.check_invariants,
+        "state_storage": state_storage(scheduler, plan),
         "units": {k: v for k, v in plan.units.as_dict().items()
                   if k in ("page_bytes", "ssm_members", "conv_slot_bytes", "slots_per_slab",
                            "s0_page_bytes")},
@@ -123,6 +124,25 @@ def trace_meta(scheduler: Any, settings: OrgSettings, plan: Any) -> dict[str, An
     if extra:
         meta.update(json.loads(extra))
     return meta
+
+
+def state_storage(scheduler: Any, plan: Any) -> dict[str, Any]:
+    """Where the worker keeps recurrent state (``state_storage`` in trace metadata and summary):
+    ``arena`` "shared" (org page p = vLLM block p + 1, the bytes attention would use) or
+    "private"; the layout; whether the organization grid is on (vLLM's rows then hold a 1-element
+    dummy per block)."""
+    from hybridmem.vllm_plugin import org_geometry, org_state
+    from hybridmem.vllm_plugin.org_manager import plan_layout
+
+    layout = plan_layout(plan)
+    grid = org_geometry.active_grid()
+    cache = scheduler.vllm_config.cache_config
+    page = int(cache.mamba_page_size_padded) if grid is not None else None
+    return {"arena": org_state.arena_for(layout, page, scheduler.kv_cache_config.num_blocks),
+            "arena_mode": org_state.arena_mode(), "org_grid": grid is not None,
+            "page_bytes": layout.page_bytes, "members": layout.members, "conv": layout.conv,
+            "slots_per_slab": layout.slots_per_slab, "num_pages": layout.num_pages,
+            "poison_vllm_state": org_state.poison_on()}
 
 
 class OrgScheduler(Scheduler):
@@ -168,6 +188,7 @@ class OrgScheduler(Scheduler):
         setattr(self, "kv_cache_manager", manager)  # noqa: B010
         activate_state_table(manager.state_table)
         self._sink = sink
+        self.state_storage = state_storage(self, plan)
         self.org_step = 0
         setattr(self, TRACER_ATTR, OrgTracer(sink) if sink is not None else None)
 

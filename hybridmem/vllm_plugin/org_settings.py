@@ -10,8 +10,8 @@ the same organization in process and behind a server::
 
 Capacity. The budget is parsed as ``hybridmem plan`` parses it (label ``bN``, bytes or a size,
 per layer) for the model's geometry, with the organization's grid ``G`` from
-:func:`serving_grid` (phase 1: the block size vLLM chose for the hybrid groups, 128 tokens for the
-tiny model on CPU), and turned into the organization's units by the plan::
+:func:`serving_grid` (the model's grid: 64 tokens for the tiny model, 512 for Falcon-H1), and
+turned into the organization's units by the plan::
 
     S0-S2  pages = round(nominal / page)                 block ids 1 .. pages
     D0     attention units of G tokens = floor(frac x nominal / 16a) x 16 / G
@@ -130,14 +130,24 @@ def serving_geometry(vllm_config: Any) -> Geometry:
 
 
 def serving_grid(vllm_config: Any) -> int:
-    """THE organization grid G in tokens (attention block and checkpoint interval of S0-S2).
+    """THE organization grid G in tokens (attention block and checkpoint interval of S0-S2), as
+    the engine runs it: vLLM's block size.
 
-    Phase 1: the block size vLLM chose for the hybrid groups, so one organization page is one
-    vLLM block and a checkpoint's state sits in vLLM's Mamba row at its home block id. The
-    worker-side state helper may make G smaller later (checkpoints over several member pages);
-    this is the one place to change.
+    The driver decides G once (:func:`hybridmem.vllm_plugin.org_geometry.model_grid`: the
+    model's declared grid, 64 for the tiny model, else SPEC's 512) and starts the engine on it
+    (``org_geometry.serving_grid(G)``: ``block_size = G`` and ``HYBRIDMEM_ORG_GRID=G``, which
+    the plugin's alignment wrapper turns into block = Mamba block = G, page = G x a). Without
+    the grid environment (an engine built by hand) G is the block size vLLM chose for the
+    hybrid (one checkpoint per page, 256 tokens for the tiny model on CPU).
     """
-    return int(vllm_config.cache_config.block_size)
+    from hybridmem.vllm_plugin.org_geometry import active_grid
+
+    block = int(vllm_config.cache_config.block_size)
+    grid = active_grid()
+    if grid is not None and grid != block:
+        raise HybridMemError(f"organization grid {grid} tokens (HYBRIDMEM_ORG_GRID) but "
+                             f"vLLM's block size is {block}")
+    return block
 
 
 # -- capacity -----------------------------------------------------------------------------------

@@ -49,7 +49,7 @@ import torch
 from hybridmem.vllm_plugin import faults, state_table
 from hybridmem.vllm_plugin.org_geometry import PAGES_ATTR
 from hybridmem.vllm_plugin.org_storage import LayerStore, StateSizes, Tables
-from hybridmem.vllm_plugin.state_table import StateTable
+from hybridmem.vllm_plugin.state_table import StateLayout, StateTable
 
 POISON_ENV = "HYBRIDMEM_POISON_VLLM_STATE"
 ARENA_ENV = "HYBRIDMEM_ORG_ARENA"  # "auto" (default) | "private" | "shared"
@@ -61,6 +61,14 @@ _settings = {"poison": False, "arena": "auto"}
 
 def set_poison(on: bool) -> None:
     _settings["poison"] = bool(on)
+
+
+def poison_on() -> bool:
+    return bool(_settings["poison"])
+
+
+def arena_mode() -> str:
+    return str(_settings["arena"])
 
 
 def set_arena_mode(mode: str) -> None:
@@ -82,18 +90,31 @@ def state_sizes(layer: Any) -> StateSizes:
     return StateSizes(ssm_bytes=ssm, conv_bytes=conv)
 
 
-def _shared_pages(layer: Any, table: StateTable) -> torch.Tensor | None:
-    lay = table.layout
-    raw = getattr(layer, PAGES_ATTR, None)
-    mode = _settings["arena"]
-    fits = (raw is not None and lay.org != "D0" and raw.shape[1] == lay.page_bytes
-            and raw.shape[0] - 1 >= lay.num_pages)
+def arena_for(layout: StateLayout, vllm_page_bytes: int | None, vllm_blocks: int,
+              mode: str | None = None) -> str:
+    """``"shared"`` or ``"private"``: where ``layout``'s pages live for arena ``mode`` (default:
+    the process setting). Shared needs the organization grid (vLLM's pages ``vllm_page_bytes``;
+    None without the grid), a shared-pool organization (not D0) whose page is that page, and
+    ``num_pages`` blocks after the null block: S1/S2 on the grid (``P = G x a``); S0 only when
+    ``max(r, P) = P``. ``mode == "shared"`` when it does not fit is a ValueError."""
+    mode = str(_settings["arena"]) if mode is None else mode
+    fits = (vllm_page_bytes is not None and layout.org != "D0"
+            and vllm_page_bytes == layout.page_bytes and vllm_blocks - 1 >= layout.num_pages)
     if mode == "shared" and not fits:
-        have = None if raw is None else tuple(raw.shape)
-        raise ValueError(f"{layer.prefix}: arena mode 'shared' needs the organization grid "
-                         f"and {lay.org} pages of {lay.page_bytes} B, {lay.num_pages} of them "
-                         f"after the null block; vLLM's buffer is {have}")
-    if mode == "private" or not fits:
+        raise ValueError(f"arena mode 'shared' needs the organization grid and {layout.org} "
+                         f"pages of {layout.page_bytes} B, {layout.num_pages} of them after the "
+                         f"null block; vLLM has {vllm_blocks} blocks of {vllm_page_bytes} B")
+    return "shared" if fits and mode != "private" else "private"
+
+
+def _shared_pages(layer: Any, table: StateTable) -> torch.Tensor | None:
+    raw = getattr(layer, PAGES_ATTR, None)
+    page, blocks = (None, 0) if raw is None else (int(raw.shape[1]), int(raw.shape[0]))
+    try:
+        where = arena_for(table.layout, page, blocks)
+    except ValueError as exc:
+        raise ValueError(f"{layer.prefix}: {exc}") from None
+    if where == "private":
         return None
     assert raw is not None
     return raw[1:]  # org page p = block id p + 1

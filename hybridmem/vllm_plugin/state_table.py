@@ -57,6 +57,11 @@ class StateAddress(NamedTuple):
     conv: int
 
 
+class UnregisteredBlock(AssertionError):
+    """The worker was handed a Mamba block id with no live recurrent address (a stale id: the
+    checkpoint was released or never registered). Serving stops on it as on an invariant."""
+
+
 class StateTable:
     """block id (home id + 1) -> :class:`StateAddress`, written by the scheduler side."""
 
@@ -79,8 +84,15 @@ class StateTable:
         try:
             return self._by_block[block_id]
         except KeyError:
-            raise AssertionError(f"block id {block_id} has no recurrent address; this indicates "
-                                 "the manager handed out a block it did not register") from None
+            import sys
+
+            from hybridmem.vllm_plugin.org_settings import VIOLATION_MARK
+
+            line = (f"worker: {self.layout.org}: block id {block_id} has no recurrent address "
+                    "[live address]; this indicates the manager handed out a block it did not "
+                    "register or had released")
+            print(f"{VIOLATION_MARK} {line}", file=sys.stderr, flush=True)  # --server: the log
+            raise UnregisteredBlock(line) from None
 
     def __len__(self) -> int:
         return len(self._by_block)
