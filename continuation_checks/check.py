@@ -15,7 +15,7 @@ from continuation_checks.engine import (
     EngineConfig,
     progress,
 )
-from continuation_checks.report import write_outputs
+from continuation_checks.report import write_outputs, write_stopped
 from continuation_checks.run import FAULTS, ORG_FAULTS, run_cases
 from continuation_checks.verdict import Verdict
 from hybridmem.errors import HybridMemError
@@ -129,6 +129,8 @@ def run_check(cfg: CheckConfig) -> dict[str, Any]:
     say(f"starting vLLM ({cfg.org}, {cfg.dtype}) on {model}")
     eng = ContinuationEngine(cfg.engine_config(model, trace))
     org_meta: dict[str, Any] = {}
+    stopped: str | None = None
+    timing: dict[str, Any] = {"engine_init_s": eng.init_s}
     try:
         if eng.plan is not None:
             from hybridmem.vllm_plugin.org_settings import fits_one_request
@@ -146,7 +148,13 @@ def run_check(cfg: CheckConfig) -> dict[str, Any]:
         state_dtypes = eng.storage.dtypes()  # the caches are released at shutdown
         say(f"engine ready in {eng.init_s:.1f} s; block {eng.grid} tokens, recurrent grid "
             f"{eng.interval} tokens; {len(cases)} cases")
-        results, timing = run_cases(eng, cases, cfg.fault, show_progress=cfg.progress)
+        try:
+            results, timing = run_cases(eng, cases, cfg.fault, show_progress=cfg.progress)
+        except Exception as exc:  # noqa: BLE001 (only the organization's invariant stop)
+            if type(exc).__name__ != "InvariantStop":
+                raise
+            stopped, results = str(exc), []
+            say(f"the engine stopped: {stopped}")
         if eng.plan is not None:
             kvm = eng.scheduler.kv_cache_manager
             org_meta = {"org_plan": eng.plan.as_dict(), "org_counters": dict(kvm.counters),
@@ -167,6 +175,10 @@ def run_check(cfg: CheckConfig) -> dict[str, Any]:
             "budget": None if cfg.org == "vllm" else cfg.budget or DEFAULT_BUDGET, **org_meta,
             "cases_file": None if cfg.cases_file is None else str(cfg.cases_file),
             "trace": str(written), "trace_verdict": verify_trace(written)}
+    if stopped is not None:
+        report = write_stopped(cfg.out, meta, timing, stopped)
+        report["exit_code"] = 1  # no case classified: not accepted, fault or not
+        return report
     report = write_outputs(cfg.out, results, meta, timing)
     report["exit_code"] = exit_code(report, cfg.fault)
     return report

@@ -258,3 +258,19 @@ def write_outputs(out: Path, results: list[CaseResult], meta: dict[str, Any],
     text = json.dumps(report, indent=2) + "\n"
     _atomic(out / REPORT, lambda tmp: tmp.write_text(text))
     return report
+
+
+def write_stopped(out: Path, meta: dict[str, Any], timing: dict[str, Any],
+                  line: str) -> dict[str, Any]:
+    """report.json of a check the engine stopped before any case was classified: an
+    organization invariant broke (``InvariantStop``), e.g. under ``--fault skip-invalidate``."""
+    out.mkdir(parents=True, exist_ok=True)
+    report = build_report([], meta, timing)
+    report["stopped"] = line
+    report["explanation"] = {
+        "supported": [f"the engine stopped on an organization invariant before any case was "
+                      f"classified: {line}"],
+        "ruled_out": []}
+    text = json.dumps(report, indent=2) + "\n"
+    _atomic(out / REPORT, lambda tmp: tmp.write_text(text))
+    return report

@@ -73,5 +73,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"  supported: {line}")
         for line in report["explanation"]["ruled_out"]:
             print(f"  ruled out: {line}")
-        print(f"  wrote {args.out}/report.json, cases.parquet, continuation.png")
+        if report.get("stopped"):
+            print(f"  wrote {args.out}/report.json (no case classified)")
+        else:
+            print(f"  wrote {args.out}/report.json, cases.parquet, continuation.png")
     return int(report["exit_code"])
