@@ -199,7 +199,7 @@ class ContinuationEngine:
                 sub = self.by_engine_id[eid]
                 block = self._block_at(eid, self.boundary_of[eid])
                 sub.adopted_block = block
-                if block is not None:
+                if block is not None:  # through the read path the forward uses
                     sub.adopted_state = self.storage.read(block)
             self.adopting.clear()
             return out
@@ -244,8 +244,8 @@ class ContinuationEngine:
                 sub.state_block = self._block_at(eid, b)
                 if sub.state_block is None:
                     sub.state_note = f"no Mamba block at b={b}"
-                else:
-                    sub.state = self.storage.read(sub.state_block)
+                else:  # the reference: what the forward wrote, decoded as stored
+                    sub.state = self.storage.read_stored(sub.state_block)
                 del self.watch[eid]
             elif req.num_computed_tokens > b:
                 sub.state_note = (f"prefill ran past b={b} to {req.num_computed_tokens} "

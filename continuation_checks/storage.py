@@ -12,6 +12,17 @@ one read from vLLM's rows::
                                  S1/S2: SSM bytes [jP, (j+1)P) from member page j, conv from
                                  its page (S1) or slot line (S2); S0/D0: one page, conv inside
 
+Two reads per checkpoint, so that a wrong *read path* cannot hide behind a consistent one:
+
+* ``read``: the bytes as the worker's read path returns them (``LayerStore.gather``, the copy
+  the model's forward continues from) -- used for the state a consumer *adopts*;
+* ``read_stored``: the bytes as stored, decoded from the raw pages by the layout above without
+  ``gather`` -- used for the states computed at b (producer, split arm): what the forward wrote.
+
+Without a fault both agree bit for bit; under ``swap-members`` (reads take member pages 0 and 1
+swapped) ``read`` differs from ``read_stored`` on every S1/S2 checkpoint. For ``--org vllm``
+both are the row.
+
 ``corrupt`` is the fault control "corrupt-checkpoint": SSM x scale + 1, conv negated, written
 back in place (vLLM's rows; for an organization through ``LayerStore.scatter`` to the same
 address), so the next reader of that checkpoint -- the adopting consumer -- continues from it.
@@ -66,6 +77,10 @@ class VllmRows:
         conv = [m.kv_cache[0][block_id].reshape(-1).clone() for _, m in self.layers]
         ssm = [m.kv_cache[1][block_id].reshape(-1).clone() for _, m in self.layers]
         return StateBytes(torch.cat(conv), torch.cat(ssm))
+
+    def read_stored(self, block_id: int) -> StateBytes:
+        """Same as :meth:`read`: vLLM's rows have one read path."""
+        return self.read(block_id)
 
     def corrupt(self, block_id: int, scale: float = 4.0) -> None:
         """Fault control: overwrite the checkpoint in place (SSM x scale + 1, conv negated)."""
@@ -133,6 +148,40 @@ class OrgStore:
 
         conv, ssm = [], []
         for store, _, row, m in self._rows(block_id):
+            cv, sv = self._views(row, store, m)
+            conv.append(cv.clone())
+            ssm.append(sv.clone())
+        return StateBytes(torch.cat(conv), torch.cat(ssm))
+
+    def read_stored(self, block_id: int) -> StateBytes:
+        """The checkpoint as stored: each layer's raw pages decoded by the layout (member j holds
+        SSM bytes [jP, (j+1)P); conv inside the page, on its page, or at its slot line), with
+        no ``gather`` in between."""
+        import torch
+
+        from hybridmem.vllm_plugin.org_state import store_for
+
+        if block_id <= 0:
+            raise ValueError(f"block id {block_id} is vLLM's null block (or negative)")
+        a = self.table.resolve(block_id)
+        conv, ssm = [], []
+        for _, m in self.layers:
+            store = store_for(m, self.table)
+            pages, lay = store.pages, store.layout
+            s, c = store.sizes
+            row = torch.empty(1, s + c, dtype=torch.uint8, device=store.device)
+            if lay.conv == "inside":
+                row[0] = pages[a.members[0], :s + c]
+            else:
+                p_bytes = lay.page_bytes
+                for j, page in enumerate(a.members):
+                    n = min(p_bytes, s - j * p_bytes)
+                    row[0, j * p_bytes:j * p_bytes + n] = pages[page, :n]
+                if lay.conv == "page":
+                    row[0, s:] = pages[a.conv, :c]
+                else:
+                    slab, k = divmod(a.conv, lay.slots_per_slab)
+                    row[0, s:] = pages[slab, k * lay.slot_bytes:k * lay.slot_bytes + c]
             cv, sv = self._views(row, store, m)
             conv.append(cv.clone())
             ssm.append(sv.clone())

@@ -89,9 +89,9 @@ def expected(written: dict[Any, Any], block: int) -> tuple[torch.Tensor, torch.T
 def test_read_returns_the_bytes_at_the_address(setup: Any):
     reader, written = setup
     for block in (5, 9):
-        got = reader.read(block)
         conv, ssm = expected(written, block)
-        assert torch.equal(got.conv, conv) and torch.equal(got.ssm, ssm)
+        for got in (reader.read(block), reader.read_stored(block)):  # gather path and raw decode
+            assert torch.equal(got.conv, conv) and torch.equal(got.ssm, ssm)
     assert reader.dtypes() == {"conv": "float32", "ssm": "float32"}
 
 
@@ -99,7 +99,7 @@ def test_corrupt_changes_that_checkpoint_only(setup: Any):
     reader, written = setup
     reader.corrupt(5)
     conv, ssm = expected(written, 5)
-    got = reader.read(5)
+    got = reader.read_stored(5)
     assert torch.equal(got.ssm, ssm * 4.0 + 1.0) and torch.equal(got.conv, -conv)
     conv9, ssm9 = expected(written, 9)
     other = reader.read(9)  # the neighbour's member pages and conv page / line are untouched
@@ -119,3 +119,30 @@ def test_no_active_table_is_an_error():
 
     with pytest.raises(HybridMemError, match="no StateTable"):
         OrgStore([], None)
+
+
+@pytest.mark.parametrize("org", sorted(LAYOUTS))
+def test_swap_members_shows_as_read_path_differing_from_the_stored_bytes(org: str):
+    """The fault ``swap-members`` (reads take member pages 0 and 1 swapped): ``read`` (the
+    worker's gather) then differs from ``read_stored`` on S1/S2 checkpoints; S0/D0 have one
+    member, so nothing to swap."""
+    from hybridmem.vllm_plugin import faults
+    from hybridmem.vllm_plugin.org_state import store_for
+
+    layout, addr, _ = LAYOUTS[org]
+    table = StateTable(layout)
+    table.set(5, addr)
+    layers = [("m", FakeMamba("swap"))]
+    faults.activate("swap-members")
+    try:
+        store = store_for(layers[0][1], table)
+    finally:
+        faults.activate(None)
+    g = torch.Generator().manual_seed(1)
+    conv, ssm = torch.randn(CONV_SHAPE, generator=g), torch.randn(SSM_SHAPE, generator=g)
+    place(store, addr, conv, ssm)
+    reader = OrgStore(layers, table)
+    stored, read = reader.read_stored(5), reader.read(5)
+    assert torch.equal(stored.ssm, ssm.reshape(-1)) and torch.equal(stored.conv, conv.reshape(-1))
+    assert torch.equal(read.conv, stored.conv)
+    assert torch.equal(read.ssm, stored.ssm) is (layout.members < 2)
