@@ -108,8 +108,9 @@ def explain(results: list[CaseResult]) -> dict[str, list[str]]:
         hit = sum(r.decision.verdict is Verdict.STATE_MISMATCH for r in faulted)
         moved = sum(r.first_divergence is not None for r in faulted)
         sup.append(f"fault control: {hit} of {len(faulted)} faulted case(s) report "
-                   f"state-mismatch; the fault changed the greedy tokens in {moved} of them "
-                   "(0 means the model does not depend on its recurrent state: token identity "
+                   f"state-mismatch; the fault changed the greedy tokens against recompute in "
+                   f"{moved} of them (0 means the model does not depend on its recurrent state, "
+                   "or the fault acts on every arm alike, as swap-members does: token identity "
                    "alone would prove nothing)")
     return {"supported": sup, "ruled_out": out}
 
