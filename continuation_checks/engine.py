@@ -317,7 +317,7 @@ def engine_kwargs_for(cfg: EngineConfig) -> dict[str, Any]:
     if cfg.org != "vllm":
         from hybridmem.engines import vllm_run
 
-        kwargs.update(_call_org_helper(vllm_run.org_engine_args, cfg))
+        kwargs.update(vllm_run.org_engine_args(cfg.run_config(), cfg.model))
     return kwargs
 
 
@@ -333,18 +333,7 @@ def org_env_for(cfg: EngineConfig) -> dict[str, str]:
     install_block_override()
     org_geometry.install()
     org_state.install()
-    helper = getattr(vllm_run, "org_env", None)
-    return dict(_call_org_helper(helper, cfg)) if helper is not None else {}
-
-
-def _call_org_helper(fn: Any, cfg: EngineConfig) -> Any:
-    """``fn(run_config[, model])``: vllm_run's org helpers take the model since the grid."""
-    import inspect
-
-    rc = cfg.run_config()
-    if len(inspect.signature(fn).parameters) >= 2:
-        return fn(rc, cfg.model)
-    return fn(rc)
+    return dict(vllm_run.org_env(cfg.run_config(), cfg.model))
 
 
 def progress(msg: str) -> None:
