@@ -1,11 +1,14 @@
 """``hybridmem demo``: the main job of ``make demo``.
 
 1. The Falcon-H1-7B budget plans at b63, b83 and b108 side by side (Table B-2).
-2. A short traced serving run on vLLM (CPU) with the embedded tiny Falcon-H1 (built if missing):
-   Poisson arrivals over eight shared contexts, a small KV pool so that allocation pressure
-   evicts cached prefixes.
-3. The trace's verdict, the run summary, and the lineage report of the trace (entry versus
+2. A short traced serving run on vLLM (CPU) with the embedded tiny Falcon-H1 (built if missing),
+   served by S2 (``hybridmem run --org S2``: vLLM's scheduler, S2's pages and conv lines, the
+   Mamba state at S2's addresses on the model's 64-token grid): Poisson arrivals over eight
+   shared contexts at a small budget, so that allocation pressure reclaims cached prefixes.
+3. The trace's verdict, the run summary, and the lineage report of S2's own trace (entry versus
    adopted joint depth per episode, loss attribution, SQL versus scalar replay), with plots.
+4. S0, S1, S2 and D0 side by side on one short workload at one small budget: completed requests,
+   throughput, preemptions, prefix-hit tokens, losses by cause, mean J_adopt (a table and a plot).
 
 Every figure printed is measured by this command.
 """
@@ -35,8 +38,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--requests", type=int, default=150, metavar="N", help="requests (150)")
     p.add_argument("--rate", type=float, default=10.0, metavar="R", help="requests/s (10)")
     p.add_argument("--share", type=float, default=0.8, metavar="Q", help="shared fraction (0.8)")
-    p.add_argument("--kv-blocks", type=int, default=20, metavar="B",
-                   help="KV-cache blocks of 128 tokens (20: small, so requests compete)")
+    p.add_argument("--budget", default="b40", metavar="B",
+                   help="per-layer budget of the S2 run (b40: 110 pages of 64 tokens for the "
+                   "tiny model, so requests compete)")
+    p.add_argument("--compare-requests", type=int, default=24, metavar="N",
+                   help="requests of the S0/S1/S2/D0 side-by-side runs (24; 0 skips them)")
+    p.add_argument("--compare-budget", default="b20", metavar="B",
+                   help="budget of the side-by-side runs (b20: 55 pages under S1/S2, 21 under S0)")
     p.add_argument("--seed", type=int, default=1, metavar="S")
     p.add_argument("--plan-only", action="store_true", help="print the budget plans and stop")
     p.set_defaults(func=run)
@@ -81,31 +89,49 @@ def run(args: argparse.Namespace) -> int:
 
     out: Path = args.out
     cfg = RunConfig(model="tiny", requests=args.requests, rate=args.rate, share=args.share,
-                    seed=args.seed, cap=8, trace_dir=out / "trace", out=out,
-                    kv_blocks=args.kv_blocks)
+                    seed=args.seed, cap=8, trace_dir=out / "trace", out=out, org="S2",
+                    budget=args.budget)
     try:
         cfg.check()
+        if not 0 <= args.compare_requests <= 1000:
+            raise ValueError(f"--compare-requests must be 0..1000, got {args.compare_requests}")
+        RunConfig(org="S2", budget=args.compare_budget).check()
     except ValueError as exc:
         raise HybridMemError(str(exc)) from None
-    print(f"\n== 2. Traced vLLM run: tiny Falcon-H1, {args.requests} requests at "
-          f"{args.rate:g}/s, q={args.share:g}, cap 8, {args.kv_blocks} KV blocks ==", flush=True)
+    print(f"\n== 2. Traced run served by S2: tiny Falcon-H1, {args.requests} requests at "
+          f"{args.rate:g}/s, q={args.share:g}, cap 8, budget {args.budget} ==", flush=True)
     result = run_serving(cfg, progress=True)
     s: dict[str, Any] = result.summary
     verdict = s["trace_verdict"] or {}
     print(f"trace {s['trace_path']}: {verdict.get('reason')} "
           f"(records {verdict.get('records')}, gaps {verdict.get('gaps')}, "
           f"dropped {verdict.get('dropped')}, write errors {verdict.get('write_errors')})")
-    keys = ("completed", "requests", "throughput_tok_s", "throughput_ledger_tok_s", "ttft_p50",
-            "ttft_p99", "e2e_p50", "e2e_p99", "preemptions", "prefix_hit_tokens")
+    keys = ("organization", "budget_bytes", "completed", "requests", "throughput_tok_s",
+            "throughput_ledger_tok_s", "ttft_p50", "ttft_p99", "e2e_p50", "e2e_p99",
+            "preemptions", "prefix_hit_tokens")
     print(json.dumps({k: s[k] for k in keys}, indent=2))
+    st = s.get("state_storage") or {}
+    print(f"state storage: {st.get('arena')} arena, {st.get('members')} SSM member pages of "
+          f"{st.get('page_bytes')} B, conv {st.get('conv')} ({st.get('slots_per_slab')} per slab)")
     latency_png = out / "latency.png"
     _latency_plot(result.results_path, latency_png)
 
-    print("\n== 3. Lineage of the trace ==", flush=True)
+    print("\n== 3. Lineage of S2's trace ==", flush=True)
     report = analyse(open_run(s["trace_path"]))
     print(format_text(report))
     lineage_png = out / "lineage.png"
     plot([report], str(lineage_png))
-    print(f"\nwrote {result.results_path}, {result.summary_path}, {result.manifest_path}, "
-          f"{latency_png}, {lineage_png}")
-    return 0 if verdict.get("accepted") else 1
+    accepted = bool(verdict.get("accepted"))
+    written = [result.results_path, result.summary_path, result.manifest_path, latency_png,
+               lineage_png]
+    if args.compare_requests:
+        from hybridmem.engines.org_compare import compare_orgs
+
+        print(f"\n== 4. S0, S1, S2, D0 side by side: {args.compare_requests} requests at once, "
+              f"q={args.share:g}, budget {args.compare_budget} ==", flush=True)
+        ok, png = compare_orgs(out / "compare", args.compare_requests, args.share, args.seed,
+                               args.compare_budget)
+        accepted = accepted and ok
+        written.append(png)
+    print("\nwrote " + ", ".join(str(w) for w in written))
+    return 0 if accepted else 1

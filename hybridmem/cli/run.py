@@ -12,7 +12,7 @@ from hybridmem.errors import HybridMemError
 from hybridmem.vllm_plugin.faults import FAULTS
 
 DEFAULT_ORG = "S2"  # the organization-backed path; --org vllm keeps vLLM's own manager
-DEFAULT_BUDGET = "b160"  # tiny model: 40 pages of 128 tokens under S1/S2; forces reclaim
+DEFAULT_BUDGET = "b40"  # tiny model v2: 110 pages of 64 tokens under S1/S2; forces reclaim
 
 HELP = ("serve a Poisson workload on vLLM (in-process, or through `vllm serve` over HTTP with "
         "--server) and write results.parquet + summary.json")

@@ -413,6 +413,7 @@ def run_serving(cfg: RunConfig, progress: bool = True) -> RunResult:
             bar.close()
         preemptions = int(_metric_total("vllm:num_preemptions") - preempt0)
         scheduler = _scheduler(engine)
+        arenas = observed_arenas(engine) if cfg.org != "vllm" else []
         engine.engine_core.shutdown()  # closes the trace (END)
         if cfg.poison_vllm_state:
             from hybridmem.vllm_plugin import org_state
@@ -423,11 +424,37 @@ def run_serving(cfg: RunConfig, progress: bool = True) -> RunResult:
     summary = summarize(cfg, records, ledger, init_s, trace_path, preemptions,
                         engine_version=vllm.__version__, driver="inprocess")
     summary.update(org_summary(cfg, scheduler, violation))
+    if summary.get("state_storage"):
+        summary["state_storage"] = {**summary["state_storage"], "observed": arenas}
     # CPU seconds of this process over the ledger interval: on a shared box, where wall-clock
     # throughput moves with other tenants' load, tokens per CPU second isolates the probe cost.
     summary["cpu_s"] = cpu_s
     summary["throughput_cpu_tok_s"] = summary["output_tokens"] / cpu_s if cpu_s > 0 else None
     return write_run(out, summary, records, manifest)
+
+
+def observed_arenas(engine: Any) -> list[str]:
+    """Per Mamba layer, where the worker actually kept recurrent state: "shared" (its pages
+    are vLLM's KV buffer), "private" (an arena of its own) or "unused" (no forward ran)."""
+    from vllm.model_executor.layers.mamba.mamba_mixer2 import MambaMixer2
+
+    from hybridmem.vllm_plugin.org_geometry import PAGES_ATTR
+
+    ctx = engine.vllm_config.compilation_config.static_forward_context
+    out = []
+    for layer in ctx.values():
+        if not isinstance(layer, MambaMixer2):
+            continue
+        held = getattr(layer, "_hybridmem_store", None)
+        raw = getattr(layer, PAGES_ATTR, None)
+        if held is None:
+            out.append("unused")
+        elif raw is not None and (held[1].pages.untyped_storage().data_ptr()
+                                  == raw.untyped_storage().data_ptr()):
+            out.append("shared")
+        else:
+            out.append("private")
+    return out
 
 
 def _violation(exc: BaseException) -> str | None:

@@ -1,0 +1,102 @@
+"""Cost of the organization-backed path: ``--org S2`` against ``--org vllm`` on the same workload.
+
+    PYTHONPATH=. python benchmarks/bench_org_overhead.py [--reps 4] [--requests 24]
+        [--budget b96] [--share 0.8] [--seed 5] [--cap 8] [--org S2] [--json OUT.json]
+
+Each repetition runs the same whole serving run (``hybridmem.engines.vllm_run.run_serving``,
+traced, every request submitted at t = 0, greedy) once per arm, in ABBA order (the organization
+first in odd repetitions) so that drift in the machine's load cancels. Engine start is excluded
+(``engine_init_s`` is reported apart); the timed quantity is the ledger interval (first
+submission to engine shut down, trace flushed) and the process CPU seconds over it. Per pair::
+
+    ratio = organization seconds / vllm seconds        (1.10 = 10% slower)
+
+then the geometric mean of the ratios (wall and CPU). The default budget (b96: 264 pages of 64
+tokens for the tiny model) holds the workload without preemption, so the arms do the same model
+work and the ratio is the path's own cost (the scheduler, the organization, the state gather /
+scatter at the organization's addresses); pass a small budget (b20) to include the cost of
+pressure (preemptions recompute work vLLM's larger pool does not).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+
+def one_run(arm: str, args: argparse.Namespace, out: Path) -> dict[str, Any]:
+    from hybridmem.engines.vllm_run import RunConfig, run_serving
+
+    org: dict[str, Any] = {}
+    if arm != "vllm":
+        org = {"org": arm, "budget": args.budget}
+        if arm == "D0":
+            org["attention_fraction"] = 0.5
+    cfg = RunConfig(model=args.model, requests=args.requests, rate=1e6, share=args.share,
+                    seed=args.seed, cap=args.cap, out=out, trace_dir=out / "trace", **org)
+    s = run_serving(cfg, progress=False).summary
+    if s["completed"] != args.requests or not (s["trace_verdict"] or {}).get("accepted"):
+        raise SystemExit(f"{arm}: {s['completed']}/{args.requests} completed, trace "
+                         f"{(s['trace_verdict'] or {}).get('reason')}")
+    ledger = s["output_tokens"] / s["throughput_ledger_tok_s"]
+    return {"arm": arm, "wall_s": ledger, "cpu_s": s["cpu_s"], "init_s": s["engine_init_s"],
+            "preemptions": s["preemptions"], "prefix_hit_tokens": s["prefix_hit_tokens"]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--reps", type=int, default=4)
+    p.add_argument("--requests", type=int, default=24)
+    p.add_argument("--budget", default="b96")
+    p.add_argument("--org", default="S2", choices=("S0", "S1", "S2", "D0"))
+    p.add_argument("--share", type=float, default=0.8)
+    p.add_argument("--seed", type=int, default=5)
+    p.add_argument("--cap", type=int, default=8)
+    p.add_argument("--model", default="tiny")
+    p.add_argument("--json", type=Path, default=None)
+    args = p.parse_args(argv)
+    if not 1 <= args.reps <= 50 or not 1 <= args.requests <= 10_000:
+        print(f"--reps must be 1..50 and --requests 1..10000, got {args.reps}, "
+              f"{args.requests}", file=sys.stderr)
+        return 2
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="bench-org-") as tmp:
+        for rep in range(args.reps):
+            order = [args.org, "vllm"] if rep % 2 == 0 else ["vllm", args.org]
+            pair = {}
+            for arm in order:
+                pair[arm] = one_run(arm, args, Path(tmp) / f"{rep}-{arm}")
+                r = pair[arm]
+                print(f"rep {rep} {arm:>4}: wall {r['wall_s']:7.2f} s  cpu {r['cpu_s']:7.2f} s  "
+                      f"init {r['init_s']:5.1f} s  preemptions {r['preemptions']:3d}  "
+                      f"prefix hits {r['prefix_hit_tokens']}", file=sys.stderr, flush=True)
+            rows.append({"rep": rep, "org": pair[args.org], "vllm": pair["vllm"],
+                         "wall_ratio": pair[args.org]["wall_s"] / pair["vllm"]["wall_s"],
+                         "cpu_ratio": pair[args.org]["cpu_s"] / pair["vllm"]["cpu_s"]})
+    print(f"{'rep':>3}  {args.org + ' wall':>9}  {'vllm wall':>9}  {'ratio':>6}  "
+          f"{'cpu ratio':>9}")
+    for r in rows:
+        print(f"{r['rep']:>3}  {r['org']['wall_s']:9.2f}  {r['vllm']['wall_s']:9.2f}  "
+              f"{r['wall_ratio']:6.3f}  {r['cpu_ratio']:9.3f}")
+    gm_wall = math.exp(sum(math.log(r["wall_ratio"]) for r in rows) / len(rows))
+    gm_cpu = math.exp(sum(math.log(r["cpu_ratio"]) for r in rows) / len(rows))
+    print(f"geometric mean ratio {args.org}/vllm: wall {gm_wall:.3f}, cpu {gm_cpu:.3f} "
+          f"({args.reps} interleaved pairs, {args.requests} requests, budget {args.budget})")
+    if args.json is not None:
+        tmp_json = args.json.with_suffix(".json.tmp")
+        tmp_json.write_text(json.dumps({"args": vars(args) | {"json": str(args.json)},
+                                        "pairs": rows, "wall_ratio_gmean": gm_wall,
+                                        "cpu_ratio_gmean": gm_cpu}, indent=2))
+        tmp_json.rename(args.json)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
