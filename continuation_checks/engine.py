@@ -1,7 +1,7 @@
 """One in-process vLLM engine that runs every arm of a continuation check (salts separate arms).
 
 The engine is vLLM's own ``LLMEngine`` (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) with prefix caching
-on, greedy sampling with top-2 logprobs, and three instance-level hooks on its scheduler (vLLM's
+on, greedy sampling with top-2 logprobs, and instance-level hooks on its scheduler (vLLM's
 classes stay untouched, the tracer's way):
 
 * the tracing plugin (:mod:`hybridmem.vllm_plugin.tracing`) writes the run's trace; its sink is
@@ -18,6 +18,9 @@ classes stay untouched, the tracer's way):
       recompute   [0 ........................ c) [c .. L)      c = floor((L-1)/grid) * grid
       split       [0 ....... b) [b .......... c) [c .. L)      (one request, no reuse)
       retained    producer [0 ....... b) [b]   consumer: adopt b, [b ... c) [c .. L)
+
+  (under an organization, OrgScheduler's own split already ends a chunk at every G boundary,
+  so all three arms run the same chunks ``[0,G) [G,2G) ...``; the extra stop is then a no-op)
 
 The organization is a parameter: ``vllm`` uses vLLM's KV-cache manager and its Mamba rows
 (:class:`~continuation_checks.storage.VllmRows`); S0/S1/S2/D0 run vLLM's scheduler with the
