@@ -278,7 +278,8 @@ def org_server_args(cfg: RunConfig, model: Path) -> tuple[str, ...]:
     from hybridmem.vllm_plugin.org_settings import SCHEDULER_QUALNAME as QUALNAME
 
     # the worker must run in the engine-core process: the StateTable is process-wide
-    return (*server_args(grid), "--distributed-executor-backend", "uni", "--scheduler-cls", QUALNAME, "--additional-config",
+    return (*server_args(grid), "--distributed-executor-backend", "uni",
+            "--scheduler-cls", QUALNAME, "--additional-config",
             json.dumps(settings.as_config()), "--no-async-scheduling")
 
 
