@@ -27,6 +27,7 @@ K = EventKind
 BUDGET = "b96"  # tiny model: 24 pages of 128 tokens (S1/S2), forces reclaim and preemption
 WORKLOAD = dict(requests=12, rate=100.0, share=0.8, seed=5, cap=8, max_model_len=1024)
 SLOW_ORGS = {"S0", "S1", "D0"}
+POLICY: dict[str, Any] = {"headroom": 0.25, "pin_k": 1, "pin_budget": 4, "retention": True}
 
 
 class Runs:
@@ -177,7 +178,7 @@ def test_stale_checkpoint_is_handed_out_and_changes_outputs(runs: Runs) -> None:
 def test_failed_admissions_never_adopt(runs: Runs) -> None:
     """Every ADOPTION follows a successful admission: per episode at most one, and no
     REJECTED allocation of a waiting episode is followed by a RELEASE before its adoption."""
-    run = org_run(runs, "S2", headroom=0.25)
+    run = org_run(runs, "S2", **POLICY)
     s = run["summary"]
     assert s["completed"] == WORKLOAD["requests"] and s["policy"]["headroom"] == 0.25
     assert s["org_counters"]["admission_rejections"] >= 1
@@ -207,7 +208,7 @@ def test_summary_and_results_record_the_organization(runs: Runs) -> None:
 
 
 def test_pinning_and_retention_show_in_trace_and_summary(runs: Runs) -> None:
-    run = org_run(runs, "S2", pin_k=1, pin_budget=4, retention=True)
+    run = org_run(runs, "S2", **POLICY)
     s = run["summary"]
     assert s["completed"] == WORKLOAD["requests"] and s["invariant_checks"] == "passed"
     assert s["policy"]["pin_k"] == 1 and s["policy"]["pin_budget"] == 4
