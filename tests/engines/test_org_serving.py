@@ -1,7 +1,8 @@
 """S0/S1/S2/D0 serve real requests inside vLLM's scheduler (issue 11): tokens, traces, faults.
 
 Every run is the same shared-prefix workload (12 requests arriving together, prompts up to
-~900 tokens on a 1,024 model limit, share 0.8) at a small budget, so the organizations reclaim,
+~900 tokens on a 1,024 model limit, share 0.8) at a small budget (3,072 tokens of attention KV
+per layer), so the organizations reclaim,
 preempt and resume (a resumed request adopts its own published checkpoints). Greedy token ids
 must equal ``--org vllm``'s; each fault is shown to change outputs or stop on an invariant.
 
@@ -24,7 +25,9 @@ from hybridmem.events import EventKind, StateKind
 pytestmark = pytest.mark.vllm
 
 K = EventKind
-BUDGET = "b96"  # tiny model: 24 pages of 128 tokens (S1/S2), forces reclaim and preemption
+BUDGET_TOKENS = 3072  # budget = this many tokens of attention KV per layer: ~3 max-length
+# requests, so every organization reclaims and preempts whatever grid vLLM picks for the model
+# (tiny model today: 24 pages of 128 tokens; the state-sensitive one: 12 pages of 256)
 WORKLOAD = dict(requests=12, rate=100.0, share=0.8, seed=5, cap=8, max_model_len=1024)
 SLOW_ORGS = {"S0", "S1", "D0"}
 POLICY: dict[str, Any] = {"headroom": 0.25, "pin_k": 1, "pin_budget": 4, "retention": True}
@@ -34,7 +37,10 @@ class Runs:
     """Module-scoped, lazily computed runs keyed by a name."""
 
     def __init__(self, model: Path, root: Path) -> None:
+        from hybridmem.geometry import load_geometry
+
         self.model, self.root = model, root
+        self.budget = str(BUDGET_TOKENS * load_geometry(str(model)).attn_bytes_per_token)
         self.done: dict[str, Any] = {}
 
     def get(self, name: str, **org: Any) -> dict[str, Any]:
@@ -64,7 +70,7 @@ def org_run(runs: Runs, org: str, **extra: Any) -> dict[str, Any]:
     """A run of ``org`` at BUDGET; the App. D.2 invariant checks run unless a test turns them
     off, so every organization's serving run is also an invariant run."""
     extra.setdefault("check_invariants", True)
-    kw: dict[str, Any] = {"org": org, "budget": BUDGET, **extra}
+    kw: dict[str, Any] = {"org": org, "budget": runs.budget, **extra}
     if org == "D0":
         kw.setdefault("attention_fraction", 0.5)
     name = org + "".join(f"-{k}={v}" for k, v in sorted(extra.items()))
@@ -87,7 +93,8 @@ def test_greedy_tokens_equal_vllm_under_pressure(runs: Runs, org: str) -> None:
     run = org_run(runs, org)
     s = run["summary"]
     assert s["completed"] == s["requests"] == WORKLOAD["requests"]
-    assert s["organization"] == org and s["budget"] == BUDGET and s["budget_bytes"] > 0
+    assert s["organization"] == org and s["budget"] == runs.budget
+    assert s["budget_bytes"] == int(runs.budget)
     assert s["invariant_checks"] == "passed" and s["fault"] is None
     c = s["org_counters"]
     assert c["preemptions"] >= 1 and c["adopted_tokens"] > 0, c  # pressure and reuse happened
@@ -106,7 +113,7 @@ def test_trace_is_the_organizations_own_history(runs: Runs, org: str) -> None:
     assert meta["organization"] == org
     assert meta["attention_grid_tokens"] == plan["attention_grid_tokens"]
     assert meta["recurrent_grid_tokens"] == plan["recurrent_grid_tokens"]
-    assert meta["budget"] == BUDGET and meta["fault"] is None
+    assert meta["budget"] == runs.budget and meta["fault"] is None
     kinds = Counter(K(e["kind"]) for e in evs)
     for k in (K.WAITING_ENTRY, K.ADOPTION, K.ALLOCATION, K.PUBLICATION, K.RELEASE, K.LOSS,
               K.PREEMPTION, K.RESUME, K.FINISH):
@@ -245,7 +252,7 @@ def test_server_mode_serves_through_the_organization(runs: Runs) -> None:
 
     out = runs.root / "http-S2"
     cfg = RunConfig(model=str(runs.model), out=out, trace_dir=out / "trace", org="S2",
-                    budget=BUDGET, check_invariants=True, **WORKLOAD)  # type: ignore[arg-type]
+                    budget=runs.budget, check_invariants=True, **WORKLOAD)  # type: ignore[arg-type]
     result = run_serving_http(cfg, progress=False)
     s = result.summary
     assert s["completed"] == WORKLOAD["requests"] and s["server_exit_code"] == 0
