@@ -35,9 +35,9 @@ SLOW_ORGS = {"S0", "S1", "D0"}
 # tokens shallower does not flip a greedy token there); at b40 it is exercised more and stops
 STALE_BUDGET = "b40"
 # one policy run serves the admission and the pin/retention checks; retention may hold every
-# checkpoint of a request, so it runs at b22 (60 pages: the longest request needs 56)
+# checkpoint of a request (the longest needs 56 pages) plus headroom 0.25: b28 (77 pages)
 POLICY: dict[str, Any] = {"headroom": 0.25, "pin_k": 1, "pin_budget": 4, "retention": True,
-                          "budget": "b22"}
+                          "budget": "b28"}
 SHARED_ARENA = {"S1", "S2"}  # page G x a = vLLM's page; S0's page max(r, P) and D0's r are not
 
 
