@@ -36,8 +36,9 @@ the previous state index and the current one only). Each checkpoint with storage
 in the process-wide :class:`~hybridmem.vllm_plugin.state_table.StateTable` (``set`` when it gets
 storage, ``drop`` once it has none), the contract with the worker side.
 
-Phase 1: a checkpoint's state physically stays in vLLM's own Mamba row at its home block id
-(unique per live checkpoint); the worker-side state helper reroutes it through the table.
+The worker side (:mod:`.org_state`) reads and writes each checkpoint's state at that address
+(S1/S2 member pages and conv page / slot line, S0 one page, D0 a composite); vLLM's own Mamba
+rows are never used (on the organization grid they are a 1-element dummy per block).
 """
 
 from __future__ import annotations
