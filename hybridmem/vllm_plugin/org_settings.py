@@ -158,7 +158,7 @@ class OrgPlan:
 
     settings: OrgSettings
     units: Units
-    grid: int  # G: vLLM block size = attention unit (all four orgs in phase 1)
+    grid: int  # G: vLLM block size = attention unit (all four orgs)
     interval: int  # recurrent checkpoint interval (S0-S2: G; D0: a multiple of G)
     capacity: int | tuple[int, int]  # pages, or D0 (attention units, composites)
     nominal_bytes: int  # the budget per layer
