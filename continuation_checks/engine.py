@@ -1,13 +1,16 @@
 """One in-process vLLM engine that runs every arm of a continuation check (salts separate arms).
 
 The engine is vLLM's own ``LLMEngine`` (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) with prefix caching
-on, greedy sampling with top-2 logprobs, and three instance-level hooks on its scheduler (vLLM's
+on, greedy sampling with top-2 logprobs, and instance-level hooks on its scheduler (vLLM's
 classes stay untouched, the tracer's way):
 
 * the tracing plugin (:mod:`hybridmem.vllm_plugin.tracing`) writes the run's trace; its sink is
   teed so the driver sees every event as it is emitted (ADOPTION depth, PUBLICATION block id);
-* at each consumer's ADOPTION the driver records the block id at position ``b / grid - 1`` of the
-  request's Mamba-group table: the checkpoint the consumer continues from;
+* at each consumer's ADOPTION (emitted while the scheduler admits it) the driver marks it; right
+  after that ``schedule`` call returns -- before the step's forward -- it records the block id at
+  position ``b / G - 1`` of the request's Mamba-group table (``get_block_ids``; G = the block
+  size) and reads that checkpoint: the bytes the consumer continues from (for an organization
+  after its manager has written the table, stale-checkpoint fault included);
 * ``_mamba_block_aligned_split`` gets an extra stop: a request registered with a boundary ``b``
   ends a prefill chunk exactly at ``b`` (the ``split`` arm: the state at ``b`` is materialized and
   continued in the next step, no reuse)::
@@ -16,8 +19,16 @@ classes stay untouched, the tracer's way):
       split       [0 ....... b) [b .......... c) [c .. L)      (one request, no reuse)
       retained    producer [0 ....... b) [b]   consumer: adopt b, [b ... c) [c .. L)
 
-The organization is a parameter: ``vllm`` uses vLLM's KV-cache manager and its Mamba rows; other
-organizations plug in through :func:`engine_kwargs_for` once they serve inside vLLM.
+  (under an organization, OrgScheduler's own split already ends a chunk at every G boundary,
+  so all three arms run the same chunks ``[0,G) [G,2G) ...``; the extra stop is then a no-op)
+
+The organization is a parameter: ``vllm`` uses vLLM's KV-cache manager and its Mamba rows
+(:class:`~continuation_checks.storage.VllmRows`); S0/S1/S2/D0 run vLLM's scheduler with the
+organization's manager (``OrgScheduler``), built by the same helpers as ``hybridmem run --org X``
+(:func:`engine_kwargs_for`), and their state is read at the organization's addresses
+(:class:`~continuation_checks.storage.OrgStore`). Boundaries lie on the *recurrent* grid
+(``interval``: G for S0-S2, D0's checkpoint interval, a multiple of G); table positions count
+blocks of G tokens.
 """
 
 from __future__ import annotations
@@ -30,11 +41,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from continuation_checks.storage import (  # noqa: F401 (StateBytes, VllmRows re-exported)
+    OrgStore,
+    StateBytes,
+    VllmRows,
+)
 from hybridmem.errors import HybridMemError
 from hybridmem.events import Event, EventKind
 
-SERVING_ORGS = ("vllm",)  # organizations that serve inside vLLM in this build
-KNOWN_ORGS = ("vllm", "S0", "S1", "S2", "D0")
+SERVING_ORGS = ("vllm", "S0", "S1", "S2", "D0")  # organizations that serve inside vLLM
+KNOWN_ORGS = SERVING_ORGS
+DEFAULT_BUDGET = "b1536"  # tiny model, G = 64: 4,224 S2 pages per layer, no reclaim in a check
 TOP_LOGPROBS = 2
 
 
@@ -48,6 +65,20 @@ class EngineConfig:
     max_num_seqs: int = 64
     kv_cache_bytes: int = 512 << 20  # room: a producer's checkpoint must survive to adoption
     trace_path: Path | None = None
+    budget: str = DEFAULT_BUDGET  # organization mode: per-layer budget (as `hybridmem run`)
+    fault: str | None = None  # an organization's own fault (hybridmem.vllm_plugin.faults)
+    attention_fraction: float | None = None  # D0's attention share
+
+    def run_config(self) -> Any:
+        """``hybridmem run``'s RunConfig for this engine (its org helpers build the engine)."""
+        from hybridmem.engines.vllm_run import RunConfig
+
+        org = self.org != "vllm"
+        return RunConfig(model=str(self.model), seed=self.seed, cap=self.max_num_seqs,
+                         max_model_len=self.max_model_len, kv_cache_bytes=self.kv_cache_bytes,
+                         dtype=self.dtype, org=self.org, budget=self.budget if org else None,
+                         fault=self.fault if org else None,
+                         attention_fraction=self.attention_fraction if org else None)
 
 
 @dataclass
@@ -84,12 +115,16 @@ class ContinuationEngine:
         self.by_engine_id: dict[str, Submitted] = {}
         self.events: list[Event] = []
         self.watch: dict[str, int] = {}  # engine request id -> b: capture its state at b
+        self.adopting: list[str] = []  # ADOPTION seen in this schedule call, table not read yet
         from hybridmem.vllm_plugin import tracing
 
+        env = org_env_for(cfg)
         if cfg.trace_path is not None:
             cfg.trace_path.parent.mkdir(parents=True, exist_ok=True)
-            os.environ[tracing.TRACE_ENV] = str(cfg.trace_path)
+            env[tracing.TRACE_ENV] = str(cfg.trace_path)
+        saved = {k: os.environ.get(k) for k in env}
         tracing.install()
+        os.environ.update(env)
         try:
             from vllm import EngineArgs, LLMEngine
 
@@ -97,7 +132,11 @@ class ContinuationEngine:
             self.engine = LLMEngine.from_engine_args(EngineArgs(**engine_kwargs_for(cfg)))
             self.init_s = time.perf_counter() - t0
         finally:
-            os.environ.pop(tracing.TRACE_ENV, None)
+            for k, v in saved.items():  # a later engine of this process starts clean
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
         core = self.engine.engine_core.engine_core
         self.scheduler = core.scheduler
         self.model_runner = core.model_executor.driver_worker.worker.model_runner
@@ -106,11 +145,22 @@ class ContinuationEngine:
 
         self.mamba_group = next(i for i, g in enumerate(groups)
                                 if isinstance(g.kv_cache_spec, MambaSpec))
-        self.grid = int(groups[self.mamba_group].kv_cache_spec.block_size)
-        self.mamba_manager = self.scheduler.kv_cache_manager.coordinator.single_type_managers[
-            self.mamba_group]
-        self.storage = VllmRows(self.model_runner)
+        self.grid = int(groups[self.mamba_group].kv_cache_spec.block_size)  # G: table positions
+        plan = getattr(self.scheduler, "org_plan", None)
+        self.plan = plan
+        # boundaries: the organization's recurrent grid (D0: its interval, a multiple of G)
+        self.interval = int(plan.interval) if plan is not None else self.grid
+        self.storage: VllmRows | OrgStore
+        if cfg.org == "vllm":
+            self.storage = VllmRows(self.model_runner)
+        else:
+            if plan is None:
+                raise HybridMemError(f"--org {cfg.org}: the engine's scheduler is not the "
+                                     "organization scheduler (no org_plan)")
+            self.storage = OrgStore.from_runner(self.model_runner,
+                                                self.scheduler.kv_cache_manager.state_table)
         self._hook_split()
+        self._hook_schedule()
         self._tee_trace()
 
     # -- hooks -----------------------------------------------------------------------------
@@ -131,17 +181,33 @@ class ContinuationEngine:
             if event.kind is EventKind.ADOPTION:
                 sub = self.by_engine_id.get(event.request_id)
                 if sub is not None:
-                    # emitted inside allocate_slots, before this step's forward: the block at
-                    # b holds exactly the bytes the consumer will continue from
+                    # emitted inside the scheduler's admission, before this step's forward; the
+                    # table is read once the schedule call returns (see _hook_schedule)
                     sub.adopted_depth = int(event.depth)
-                    b = self.boundary_of.get(event.request_id)
-                    if b is not None:
-                        block = self._block_at(event.request_id, b)
-                        sub.adopted_block = block
-                        if block is not None:
-                            sub.adopted_state = self.storage.read(block)
+                    if event.request_id in self.boundary_of:
+                        self.adopting.append(event.request_id)
 
         sink.on_event = on_event
+
+    def _hook_schedule(self) -> None:
+        """After each ``schedule``: read the checkpoint every new adopter will continue from
+        (block tables final, forward not yet run)."""
+        sched = self.scheduler
+        original = sched.schedule
+
+        @functools.wraps(original)
+        def schedule(*args: Any, **kwargs: Any) -> Any:
+            out = original(*args, **kwargs)
+            for eid in self.adopting:
+                sub = self.by_engine_id[eid]
+                block = self._block_at(eid, self.boundary_of[eid])
+                sub.adopted_block = block
+                if block is not None:  # through the read path the forward uses
+                    sub.adopted_state = self.storage.read(block)
+            self.adopting.clear()
+            return out
+
+        sched.schedule = schedule
 
     def _hook_split(self) -> None:
         sched = self.scheduler
@@ -162,12 +228,13 @@ class ContinuationEngine:
         sched._mamba_block_aligned_split = split
 
     def _block_at(self, engine_id: str, b: int) -> int | None:
-        """Block id at position ``b / grid - 1`` of the request's Mamba table (None: null)."""
-        blocks = self.mamba_manager.req_to_blocks.get(engine_id, [])
+        """Block id at position ``b / G - 1`` of the request's Mamba table (None: null)."""
+        ids = self.scheduler.kv_cache_manager.get_block_ids(engine_id)
+        blocks = ids[self.mamba_group] if len(ids) > self.mamba_group else []
         i = b // self.grid - 1
-        if i < 0 or i >= len(blocks) or blocks[i].is_null:
+        if i < 0 or i >= len(blocks) or blocks[i] <= 0:
             return None
-        return int(blocks[i].block_id)
+        return int(blocks[i])
 
     def _capture(self) -> None:
         """After a step: read the state at b of every watched request whose chunk ended at b."""
@@ -180,8 +247,8 @@ class ContinuationEngine:
                 sub.state_block = self._block_at(eid, b)
                 if sub.state_block is None:
                     sub.state_note = f"no Mamba block at b={b}"
-                else:
-                    sub.state = self.storage.read(sub.state_block)
+                else:  # the reference: what the forward wrote, decoded as stored
+                    sub.state = self.storage.read_stored(sub.state_block)
                 del self.watch[eid]
             elif req.num_computed_tokens > b:
                 sub.state_note = (f"prefill ran past b={b} to {req.num_computed_tokens} "
@@ -238,7 +305,10 @@ class ContinuationEngine:
 
 
 def engine_kwargs_for(cfg: EngineConfig) -> dict[str, Any]:
-    """EngineArgs of the check's engine for an organization (``vllm`` only in this build)."""
+    """EngineArgs of the check's engine: prefix caching, greedy, no async scheduling; for an
+    organization plus exactly what ``hybridmem run --org X`` adds (``vllm_run.org_engine_args``:
+    the grid's block size, ``scheduler_cls`` OrgScheduler, ``additional_config`` with budget
+    and fault)."""
     kwargs: dict[str, Any] = dict(
         model=str(cfg.model), tokenizer=str(cfg.model), dtype=cfg.dtype, seed=cfg.seed,
         enable_prefix_caching=True, max_model_len=cfg.max_model_len,
@@ -247,56 +317,27 @@ def engine_kwargs_for(cfg: EngineConfig) -> dict[str, Any]:
     )
     if cfg.dtype == "bfloat16":
         kwargs["mamba_ssm_cache_dtype"] = "bfloat16"
+    if cfg.org != "vllm":
+        from hybridmem.engines import vllm_run
+
+        kwargs.update(vllm_run.org_engine_args(cfg.run_config(), cfg.model))
     return kwargs
+
+
+def org_env_for(cfg: EngineConfig) -> dict[str, str]:
+    """Environment an organization engine needs (the grid), and the plugin wrappers installed,
+    as ``hybridmem run --org X`` does before it starts the engine (``{}`` for ``vllm``)."""
+    if cfg.org == "vllm":
+        return {}
+    from hybridmem.engines import vllm_run
+    from hybridmem.vllm_plugin import org_geometry, org_state
+    from hybridmem.vllm_plugin.org_settings import install_block_override
+
+    install_block_override()
+    org_geometry.install()
+    org_state.install()
+    return dict(vllm_run.org_env(cfg.run_config(), cfg.model))
 
 
 def progress(msg: str) -> None:
     print(f"continuation: {msg}", file=sys.stderr, flush=True)
-
-
-@dataclass(frozen=True)
-class StateBytes:
-    """A checkpoint's recurrent state, every Mamba layer concatenated (layer order fixed)."""
-
-    conv: Any  # torch.Tensor, flat
-    ssm: Any   # torch.Tensor, flat
-
-
-def mamba_layers(model_runner: Any) -> list[tuple[str, Any]]:
-    """(name, layer) of every Mamba mixer in the runner's forward context, in name order."""
-    ctx = model_runner.vllm_config.compilation_config.static_forward_context
-    out = [(n, m) for n, m in ctx.items()
-           if isinstance(getattr(m, "kv_cache", None), (tuple, list)) and len(m.kv_cache) == 2]
-    if not out:
-        raise HybridMemError("no Mamba layer with a (conv, ssm) state cache in this model")
-    return sorted(out, key=lambda nm: nm[0])
-
-
-class VllmRows:
-    """State storage of ``--org vllm``: row ``block_id`` of each Mamba layer's conv / SSM cache."""
-
-    def __init__(self, model_runner: Any) -> None:
-        self.layers = mamba_layers(model_runner)
-
-    def dtypes(self) -> dict[str, str]:
-        """The storage dtypes of the conv and SSM state (what bf16/fp32 runs really hold)."""
-        _, m = self.layers[0]
-        return {"conv": str(m.kv_cache[0].dtype).removeprefix("torch."),
-                "ssm": str(m.kv_cache[1].dtype).removeprefix("torch.")}
-
-    def read(self, block_id: int) -> StateBytes:
-        import torch
-
-        if block_id <= 0:
-            raise ValueError(f"block id {block_id} is vLLM's null block (or negative)")
-        conv = [m.kv_cache[0][block_id].reshape(-1).clone() for _, m in self.layers]
-        ssm = [m.kv_cache[1][block_id].reshape(-1).clone() for _, m in self.layers]
-        return StateBytes(torch.cat(conv), torch.cat(ssm))
-
-    def corrupt(self, block_id: int, scale: float = 4.0) -> None:
-        """Fault control: overwrite the checkpoint in place (SSM x scale + 1, conv negated)."""
-        if block_id <= 0:
-            raise ValueError(f"block id {block_id} is vLLM's null block (or negative)")
-        for _, m in self.layers:
-            m.kv_cache[1][block_id].mul_(scale).add_(1.0)
-            m.kv_cache[0][block_id].neg_()

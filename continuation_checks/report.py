@@ -108,8 +108,9 @@ def explain(results: list[CaseResult]) -> dict[str, list[str]]:
         hit = sum(r.decision.verdict is Verdict.STATE_MISMATCH for r in faulted)
         moved = sum(r.first_divergence is not None for r in faulted)
         sup.append(f"fault control: {hit} of {len(faulted)} faulted case(s) report "
-                   f"state-mismatch; the fault changed the greedy tokens in {moved} of them "
-                   "(0 means the model does not depend on its recurrent state: token identity "
+                   f"state-mismatch; the fault changed the greedy tokens against recompute in "
+                   f"{moved} of them (0 means the model does not depend on its recurrent state, "
+                   "or the fault acts on every arm alike, as swap-members does: token identity "
                    "alone would prove nothing)")
     return {"supported": sup, "ruled_out": out}
 
@@ -255,6 +256,22 @@ def write_outputs(out: Path, results: list[CaseResult], meta: dict[str, Any],
     report = build_report(results, meta, timing)
     write_table(results, out / TABLE)
     write_plot(results, out / PLOT)
+    text = json.dumps(report, indent=2) + "\n"
+    _atomic(out / REPORT, lambda tmp: tmp.write_text(text))
+    return report
+
+
+def write_stopped(out: Path, meta: dict[str, Any], timing: dict[str, Any],
+                  line: str) -> dict[str, Any]:
+    """report.json of a check the engine stopped before any case was classified: an
+    organization invariant broke (``InvariantStop``), e.g. under ``--fault skip-invalidate``."""
+    out.mkdir(parents=True, exist_ok=True)
+    report = build_report([], meta, timing)
+    report["stopped"] = line
+    report["explanation"] = {
+        "supported": [f"the engine stopped on an organization invariant before any case was "
+                      f"classified: {line}"],
+        "ruled_out": []}
     text = json.dumps(report, indent=2) + "\n"
     _atomic(out / REPORT, lambda tmp: tmp.write_text(text))
     return report

@@ -31,6 +31,10 @@ from continuation_checks.verdict import (
 )
 
 FAULTS = ("corrupt-checkpoint",)  # faults this module applies itself (through the storage)
+# the organizations' own faults (hybridmem.vllm_plugin.faults): the engine injects them, on
+# every case it can affect; which cases it hit is the check's finding, so every case counts
+# as faulted
+ORG_FAULTS = ("stale-checkpoint", "swap-members", "skip-invalidate")
 _SALT = {"retained": "ret", "retained-repeat": "ret2", "retained-alone": "retA",
          "recompute": "rec", "recompute-repeat": "rec2", "split": "spl", "split-repeat": "spl2",
          "split-alone": "splA"}
@@ -65,13 +69,20 @@ def run_cases(eng: ContinuationEngine, cases: list[Case], fault: str | None = No
               tag: str = "cc", show_progress: bool = True
               ) -> tuple[list[CaseResult], dict[str, Any]]:
     """All phases for ``cases``; returns per-case results and timing."""
-    if fault is not None and fault not in FAULTS:
-        raise ValueError(f"unknown fault {fault!r}; known: {', '.join(FAULTS)}")
+    if fault is not None and fault not in FAULTS + ORG_FAULTS:
+        raise ValueError(f"unknown fault {fault!r}; known: {', '.join(FAULTS + ORG_FAULTS)}")
     say = progress if show_progress else (lambda _m: None)
     t0 = time.perf_counter()
     producers: dict[tuple[int, str], Submitted] = {}
     runs: dict[tuple[int, str], Submitted] = {}
-    faulted = {c.case for c in cases[::2]} if fault is not None else set()
+    if fault in ORG_FAULTS:
+        if eng.cfg.fault != fault:
+            raise ValueError(f"fault {fault!r} is the engine's own; the engine was started with "
+                             f"{eng.cfg.fault!r}")
+        faulted = {c.case for c in cases}
+        corrupt: set[int] = set()
+    else:
+        faulted = corrupt = {c.case for c in cases[::2]} if fault is not None else set()
 
     def produce(run: str) -> None:
         """Producers of one retained run, batched; then the fault, if any, on their output."""
@@ -81,7 +92,7 @@ def run_cases(eng: ContinuationEngine, cases: list[Case], fault: str | None = No
         eng.run(subs)
         for c, sub in zip(cases, subs, strict=True):
             producers[(c.case, run)] = sub
-            if c.case in faulted and sub.state_block is not None:
+            if c.case in corrupt and sub.state_block is not None:
                 eng.storage.corrupt(sub.state_block)  # every other case: the rest stay clean
         say(f"{run} producers: {len(subs)} in {time.perf_counter() - t:.1f} s")
 

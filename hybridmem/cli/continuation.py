@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 from pathlib import Path
 
@@ -18,8 +19,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", default="tiny", metavar="M",
                    help="'tiny' (the embedded model, built if missing) or a model directory")
     p.add_argument("--org", default="vllm", metavar="X",
-                   help="organization: vllm (vLLM's own manager); S0/S1/S2/D0 once they serve "
-                   "inside vLLM")
+                   help="vllm (vLLM's own manager, default) or S0, S1, S2, D0 (the organization "
+                   "serves inside vLLM's scheduler, built as `hybridmem run --org X` builds it)")
     p.add_argument("--dtype", default="float32", metavar="DTYPE",
                    help="model and recurrent-state dtype: float32 (default) or bfloat16")
     p.add_argument("--cases", type=int, default=64, metavar="N", help="cases (default 64)")
@@ -30,7 +31,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="greedy tokens per seeded case (default 16)")
     p.add_argument("--fault", default=None, metavar="NAME",
                    help="fault control: corrupt-checkpoint (every other case's retained "
-                   "checkpoint overwritten in place through the storage)")
+                   "checkpoint overwritten in place through the storage); with an organization "
+                   "also its own stale-checkpoint, swap-members, skip-invalidate")
+    p.add_argument("--budget", default=None, metavar="B",
+                   help="organization mode: per-layer budget as in `hybridmem run` (label bN, "
+                   "bytes or a size; default b1536: no reclaim during a check of the tiny model)")
+    p.add_argument("--attention-fraction", type=float, default=None, metavar="F",
+                   help="D0's attention share in (0, 1) (models without a preset)")
     p.add_argument("--out", type=Path, required=True, metavar="DIR", help="output directory")
     p.add_argument("--json", action="store_true", help="print report.json to stdout")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
@@ -40,10 +47,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from continuation_checks.check import CheckConfig, run_check
 
+    if args.attention_fraction is not None and not math.isfinite(args.attention_fraction):
+        raise HybridMemError(f"--attention-fraction must be finite, got {args.attention_fraction}")
     cfg = CheckConfig(out=args.out, model=args.model, org=args.org, dtype=args.dtype,
                       cases=args.cases, seed=args.seed, fault=args.fault,
                       cases_file=args.cases_file, max_tokens=args.max_tokens,
-                      progress=not args.quiet)
+                      progress=not args.quiet, budget=args.budget,
+                      attention_fraction=args.attention_fraction)
     cfg.check()
     # vLLM's own handlers log to stdout; leave its records to Python's default (warnings on
     # stderr) so stdout carries only this command's output (--json stays parseable)
@@ -63,5 +73,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"  supported: {line}")
         for line in report["explanation"]["ruled_out"]:
             print(f"  ruled out: {line}")
-        print(f"  wrote {args.out}/report.json, cases.parquet, continuation.png")
+        if report.get("stopped"):
+            print(f"  wrote {args.out}/report.json (no case classified)")
+        else:
+            print(f"  wrote {args.out}/report.json, cases.parquet, continuation.png")
     return int(report["exit_code"])

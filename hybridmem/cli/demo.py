@@ -133,10 +133,10 @@ def run(args: argparse.Namespace) -> int:
     if args.compare_requests:
         from hybridmem.engines.org_compare import compare_orgs
 
-        print(f"\n== 4. S0, S1, S2, D0 side by side: {args.compare_requests} requests at once, "
-              f"q={args.share:g}, budget {args.compare_budget} ==", flush=True)
+        print(f"\n== 4. S0, S1, S2, D0 side by side: {args.compare_requests} requests at "
+              f"{args.rate:g}/s, q={args.share:g}, budget {args.compare_budget} ==", flush=True)
         ok, png = compare_orgs(out / "compare", args.compare_requests, args.share, args.seed,
-                               args.compare_budget)
+                               args.compare_budget, rate=args.rate)
         accepted = accepted and ok
         written.append(png)
     print("\nwrote " + ", ".join(str(w) for w in written))

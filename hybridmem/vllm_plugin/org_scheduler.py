@@ -136,8 +136,13 @@ def state_storage(scheduler: Any, plan: Any) -> dict[str, Any]:
 
     layout = plan_layout(plan)
     grid = org_geometry.active_grid()
-    cache = scheduler.vllm_config.cache_config
-    page = int(cache.mamba_page_size_padded) if grid is not None else None
+    page = None
+    if grid is not None:  # the page vLLM gave each layer (the Mamba group's padded page)
+        from vllm.v1.kv_cache_interface import MambaSpec
+
+        specs = [g.kv_cache_spec for g in scheduler.kv_cache_config.kv_cache_groups
+                 if isinstance(g.kv_cache_spec, MambaSpec)]
+        page = int(specs[0].page_size_bytes) if specs else None
     return {"arena": org_state.arena_for(layout, page, scheduler.kv_cache_config.num_blocks),
             "arena_mode": org_state.arena_mode(), "org_grid": grid is not None,
             "page_bytes": layout.page_bytes, "members": layout.members, "conv": layout.conv,

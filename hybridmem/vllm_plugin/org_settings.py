@@ -26,8 +26,9 @@ block size (``platforms/interface.py``: ``mamba_block_size = block_size``) and e
 page size; ``prefix_match_unit`` (``hash_block_size``) only refines hash matching, not storage. So
 D0 cannot run its native 16-token attention unit there: it runs with attention units of ``G``
 tokens (``G / 16`` native units each, capacity converted accordingly) and its checkpoint interval
-rounded up to a multiple of ``G`` (the tiny model: 128 / 256 instead of 16 / 256; Falcon-H1-7B on
-GPU: 1,568 / 3,136 instead of 16 / 1,792). Its two pools stay static and separate.
+rounded up to a multiple of ``G`` (the tiny model at G = 64: 64 / 256 instead of 16 / 256;
+Falcon-H1-7B at G = 512: 512 / 2,048 instead of 16 / 1,792). Its two pools stay static and
+separate.
 """
 
 from __future__ import annotations
@@ -157,7 +158,7 @@ class OrgPlan:
 
     settings: OrgSettings
     units: Units
-    grid: int  # G: vLLM block size = attention unit (all four orgs in phase 1)
+    grid: int  # G: vLLM block size = attention unit (all four orgs)
     interval: int  # recurrent checkpoint interval (S0-S2: G; D0: a multiple of G)
     capacity: int | tuple[int, int]  # pages, or D0 (attention units, composites)
     nominal_bytes: int  # the budget per layer

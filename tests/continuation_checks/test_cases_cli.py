@@ -56,14 +56,20 @@ def test_cases_file_round_trip_and_errors(tmp_path: Path):
 
 
 @pytest.mark.parametrize(("args", "needle"), [
-    (["--org", "S1"], "--org S1: does not serve inside vLLM"),
     (["--org", "Q9"], "--org 'Q9': not one of"),
+    (["--budget", "b40"], "--budget needs an organization (--org S0|S1|S2|D0), not --org vllm"),
+    (["--attention-fraction", "0.5"], "--attention-fraction needs an organization"),
+    (["--org", "S2", "--budget", "bx"], "bad budget 'bx'"),
+    (["--org", "D0", "--attention-fraction", "1.5"], "attention fraction must lie in (0, 1)"),
+    (["--org", "D0", "--attention-fraction", "nan"], "--attention-fraction must be finite"),
     (["--dtype", "float16"], "--dtype 'float16': not one of float32, bfloat16"),
     (["--cases", "0"], "--cases 0: must lie in [1, 4096]"),
     (["--cases", "100000"], "--cases 100000: must lie in"),
     (["--seed", "-1"], "--seed -1: must be >= 0"),
     (["--max-tokens", "0"], "--max-tokens 0: must lie in [1, 256]"),
     (["--fault", "swap-members"], "--fault swap-members: an organization's fault"),
+    (["--org", "S2", "--fault", "stale"], "--fault 'stale': not one of corrupt-checkpoint, "
+     "stale-checkpoint, swap-members, skip-invalidate"),
     (["--fault", "bogus"], "--fault 'bogus': not one of"),
     (["--cases-file", "/nonexistent/cases.jsonl"], "no such file"),
     (["--cases", "ten"], "invalid int value: 'ten'"),

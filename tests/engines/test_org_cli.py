@@ -32,11 +32,12 @@ def exit_code(argv: list[str]) -> int:
     (["--org", "vllm", "--budget", "b40"], "--budget needs an organization"),
     (["--org", "vllm", "--check-invariants"], "--check-invariants needs an organization"),
     (["--org", "vllm", "--fault", "skip-invalidate"], "--fault needs an organization"),
+    (["--org", "vllm", "--poison-vllm-state"], "--poison-vllm-state needs an organization"),
     (["--org", "S2", "--no-prefix-caching"], "needs prefix caching"),
     (["--org", "S0", "--kv-blocks", "10"], "--kv-blocks does not apply to --org S0"),
 ], ids=["org", "budget-label", "budget-text", "headroom", "headroom-nan", "pin-k",
         "pin-budget-alone", "pin-budget", "fault", "fraction", "vllm-budget", "vllm-checks",
-        "vllm-fault", "no-prefix-caching", "kv-blocks"])
+        "vllm-fault", "vllm-poison", "no-prefix-caching", "kv-blocks"])
 def test_org_options_are_validated_with_exit_2(argv: list[str], needle: str, tmp_path: Path,
                                                capsys: pytest.CaptureFixture[str]) -> None:
     assert exit_code(["run", *argv, "--out", str(tmp_path / "o")]) == 2

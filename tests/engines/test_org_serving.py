@@ -31,9 +31,10 @@ K = EventKind
 BUDGET = "b20"  # tiny model v2 on its 64-token grid: 55 pages (S1/S2), 21 (S0); forces reclaim
 WORKLOAD = dict(requests=12, rate=10_000.0, share=0.8, seed=5, cap=8, max_model_len=1024)
 SLOW_ORGS = {"S0", "S1", "D0"}
-# stale-checkpoint at BUDGET on S2 is exercised once and changes no token (a checkpoint 64
-# tokens shallower does not flip a greedy token there); at b40 it is exercised more and stops
-STALE_BUDGET = "b40"
+# one policy run serves the admission and the pin/retention checks; retention may hold every
+# checkpoint of a request (the longest needs 56 pages) plus headroom 0.25: b28 (77 pages)
+POLICY: dict[str, Any] = {"headroom": 0.25, "pin_k": 1, "pin_budget": 4, "retention": True,
+                          "budget": "b28"}
 SHARED_ARENA = {"S1", "S2"}  # page G x a = vLLM's page; S0's page max(r, P) and D0's r are not
 
 
@@ -255,8 +256,7 @@ def test_skip_invalidate_changes_outputs(runs: Runs) -> None:
 def test_stale_checkpoint_changes_outputs_or_stops(runs: Runs, org: str) -> None:
     """An adopter's Mamba table holds a shallower checkpoint: tokens change, or the worker
     stops when that checkpoint's storage is released while the id is still in use."""
-    run = org_run(runs, org, fault="stale-checkpoint", check_invariants=False,
-                  budget=STALE_BUDGET)
+    run = org_run(runs, org, fault="stale-checkpoint", check_invariants=False)
     s = run["summary"]
     assert s["fault"] == "stale-checkpoint" and s["fault_count"] >= 1
     if s["invariant_checks"].startswith("violated"):
@@ -268,7 +268,7 @@ def test_stale_checkpoint_changes_outputs_or_stops(runs: Runs, org: str) -> None
 def test_failed_admissions_never_adopt(runs: Runs) -> None:
     """Every ADOPTION follows a successful admission: per episode at most one, and no
     REJECTED allocation of a waiting episode is followed by a RELEASE before its adoption."""
-    run = org_run(runs, "S2", headroom=0.25)
+    run = org_run(runs, "S2", **POLICY)
     s = run["summary"]
     assert s["completed"] == WORKLOAD["requests"] and s["policy"]["headroom"] == 0.25
     assert s["org_counters"]["admission_rejections"] >= 1
@@ -298,8 +298,7 @@ def test_summary_and_results_record_the_organization(runs: Runs) -> None:
 
 
 def test_pinning_and_retention_show_in_trace_and_summary(runs: Runs) -> None:
-    # retention may hold every checkpoint of a request: b22 (60 pages) holds the longest one
-    run = org_run(runs, "S2", pin_k=1, pin_budget=4, retention=True, budget="b22")
+    run = org_run(runs, "S2", **POLICY)
     s = run["summary"]
     assert s["completed"] == WORKLOAD["requests"] and s["invariant_checks"] == "passed"
     assert s["policy"]["pin_k"] == 1 and s["policy"]["pin_budget"] == 4
