@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from hybridmem.vllm_plugin import faults, org_geometry
@@ -73,3 +75,16 @@ def test_arena_follows_the_geometry() -> None:
     assert arena_for(d0, 87296, 56, "auto") == "private"  # D0's pool is separate
     with pytest.raises(ValueError, match="arena mode 'shared'"):
         arena_for(s0, page, 56, "shared")
+
+
+def test_model_grid_is_the_models_declared_grid_else_512(tmp_path: Path) -> None:
+    import json
+
+    from hybridmem.engines.tiny_model import META_NAME, TINY_GRID_TOKENS
+
+    assert org_geometry.model_grid(tmp_path) == org_geometry.DEFAULT_GRID_TOKENS == 512
+    (tmp_path / META_NAME).write_text(json.dumps({"grid_tokens": TINY_GRID_TOKENS}))
+    assert org_geometry.model_grid(tmp_path) == 64
+    (tmp_path / META_NAME).write_text(json.dumps({"grid_tokens": 72}))
+    with pytest.raises(ValueError):
+        org_geometry.model_grid(tmp_path)
