@@ -46,6 +46,7 @@ from continuation_checks.storage import (  # noqa: F401 (StateBytes, VllmRows re
     StateBytes,
     VllmRows,
 )
+from hybridmem.engines.vllm_run import scoped_env
 from hybridmem.errors import HybridMemError
 from hybridmem.events import Event, EventKind
 
@@ -122,21 +123,13 @@ class ContinuationEngine:
         if cfg.trace_path is not None:
             cfg.trace_path.parent.mkdir(parents=True, exist_ok=True)
             env[tracing.TRACE_ENV] = str(cfg.trace_path)
-        saved = {k: os.environ.get(k) for k in env}
         tracing.install()
-        os.environ.update(env)
-        try:
+        with scoped_env(env):  # a later engine of this process starts clean
             from vllm import EngineArgs, LLMEngine
 
             t0 = time.perf_counter()
             self.engine = LLMEngine.from_engine_args(EngineArgs(**engine_kwargs_for(cfg)))
             self.init_s = time.perf_counter() - t0
-        finally:
-            for k, v in saved.items():  # a later engine of this process starts clean
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
         core = self.engine.engine_core.engine_core
         self.scheduler = core.scheduler
         self.model_runner = core.model_executor.driver_worker.worker.model_runner

@@ -27,11 +27,13 @@ the vLLM plugin's: with ``trace_dir`` set the driver points ``HYBRIDMEM_TRACE`` 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -307,6 +309,21 @@ def check_budget_fits(cfg: RunConfig, scheduler: Any, workload: Workload) -> Non
         raise HybridMemError(why)
 
 
+@contextlib.contextmanager
+def scoped_env(env: dict[str, str]) -> Iterator[None]:
+    """Set ``env`` in ``os.environ`` for the block; restore every variable (or its absence)."""
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 def run_serving(cfg: RunConfig, progress: bool = True) -> RunResult:
     """One serving run; writes results.parquet, summary.json and workload.json into cfg.out."""
     cfg.check()
@@ -337,7 +354,6 @@ def run_serving(cfg: RunConfig, progress: bool = True) -> RunResult:
 
         t_init = time.perf_counter()
         env = org_env(cfg, model)
-        saved = {k: os.environ.get(k) for k in env}
         if cfg.org != "vllm":
             from hybridmem.vllm_plugin import org_geometry, org_state
             from hybridmem.vllm_plugin.org_settings import install_block_override
@@ -345,17 +361,10 @@ def run_serving(cfg: RunConfig, progress: bool = True) -> RunResult:
             install_block_override()
             org_geometry.install()
             org_state.install()  # reads the poison setting from the environment below
-        os.environ.update(env)
-        try:
+        with scoped_env(env):  # the next engine of this process starts clean
             if cfg.org != "vllm":
                 org_state.set_poison(cfg.poison_vllm_state)
             engine = _engine(cfg, model)
-        finally:
-            for k, v in saved.items():  # the next engine of this process starts clean
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
         init_s = time.perf_counter() - t_init
     finally:
         if trace_path is not None:
