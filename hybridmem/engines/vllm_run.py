@@ -33,7 +33,7 @@ import math
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -310,11 +310,16 @@ def check_budget_fits(cfg: RunConfig, scheduler: Any, workload: Workload) -> Non
 
 
 @contextlib.contextmanager
-def scoped_env(env: dict[str, str]) -> Iterator[None]:
-    """Set ``env`` in ``os.environ`` for the block; restore every variable (or its absence)."""
+def scoped_env(env: Mapping[str, str | None]) -> Iterator[None]:
+    """Set ``env`` in ``os.environ`` for the block (a None value unsets the variable); restore
+    every variable, or its absence, afterwards."""
     saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
     try:
+        for k, v in env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
         yield
     finally:
         for k, v in saved.items():

@@ -16,15 +16,13 @@ from __future__ import annotations
 
 import importlib
 import json
-import os
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from fractions import Fraction
 from math import floor
 from typing import Any
 
 from hybridmem.budget import parse_budget
+from hybridmem.engines.vllm_run import scoped_env
 from hybridmem.errors import HybridMemError
 from hybridmem.units import derive_units
 
@@ -102,7 +100,7 @@ def build(choice: OrgChoice, vc: Any, shape: Any, trace: str | None = None,
         if trace is not None:
             from hybridmem.vllm_plugin import tracing
 
-            with _env({tracing.META_ENV: json.dumps(meta or {})}):
+            with scoped_env({tracing.META_ENV: json.dumps(meta or {})}):
                 tracing.attach(sched, trace)
         return Built(sched, env.kv_cache_config.num_blocks, env.block_size,
                      {"page_bytes": page, "hasher": env.block_hasher})
@@ -149,7 +147,7 @@ def _build_org(choice: OrgChoice, vc: Any, shape: Any, trace: str | None,
     variables: dict[str, str | None] = {"HYBRIDMEM_TRACE": trace}
     if trace is not None:
         variables[tracing.META_ENV] = json.dumps(meta or {})
-    with _env(variables):
+    with scoped_env(variables):
         sched = vllm_env.stock_scheduler(env, gpu_chunking_scheduler(OrgScheduler))
     return Built(sched, env.kv_cache_config.num_blocks, plan.interval,
                  {"hasher": env.block_hasher, "plan": plan.as_dict()})
@@ -173,21 +171,3 @@ def gpu_chunking_scheduler(org_scheduler: type) -> type:
                 {"_mamba_block_aligned_split": _mamba_block_aligned_split,
                  "__module__": __name__})
 
-
-@contextmanager
-def _env(values: dict[str, str | None]) -> Iterator[None]:
-    """Set (or, for None, unset) environment variables for the block, then restore them."""
-    old = {k: os.environ.get(k) for k in values}
-    try:
-        for k, v in values.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
