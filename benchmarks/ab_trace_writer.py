@@ -20,8 +20,8 @@ import tempfile
 import time
 from typing import Any
 
-from tracer import format as fmt
 from tracer import writer as new_writer
+from tracer.bench import floor_loop
 from tracer.synthetic import synthetic_events
 from tracer.verdict import verify
 
@@ -54,18 +54,7 @@ def main() -> int:
     clk = time.perf_counter_ns
 
     def floor() -> int:
-        pack, size = fmt.EVENT_NO_CHAIN.pack_into, fmt.EVENT_NO_CHAIN.size
-        buf = bytearray(1024 * size)
-        limit, mono, off, seq = len(buf) - size, time.monotonic_ns, 0, 0
-        t0 = clk()
-        for e in events:
-            if off > limit:
-                off = 0
-            pack(buf, off, e.kind, e.state_kind, e.cause, e.outcome, seq, mono(), e.step, 1, 2,
-                 e.preemption_count, e.hash, e.depth, e.page, e.line, e.need, e.free)
-            off += size
-            seq += 1
-        return clk() - t0
+        return floor_loop(events)[0]
 
     def writer(mod: Any, name: str) -> int:
         path = os.path.join(tmp, name)

@@ -34,7 +34,7 @@ from __future__ import annotations
 import os
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from hybridmem.events import Event
@@ -54,6 +54,26 @@ def _args(e: Event) -> tuple[Any, ...]:
             e.page, e.line, e.cause, e.requester, e.need, e.free, e.outcome, e.chain,
             e.recurrent_chain)
 
+
+def floor_loop(events: Sequence[Event]) -> tuple[int, int]:
+    """The floor of an enabled writer: one ``struct.pack_into`` of the fixed-layout record per
+    event into a preallocated buffer. Returns (wall ns, emitting-thread CPU ns)."""
+    pack = fmt.EVENT_NO_CHAIN.pack_into
+    size = fmt.EVENT_NO_CHAIN.size
+    buf = bytearray(1024 * size)
+    limit = len(buf) - size
+    mono = time.monotonic_ns
+    off = seq = 0
+    c0 = time.thread_time_ns()
+    t0 = _clock()
+    for e in events:
+        if off > limit:
+            off = 0
+        pack(buf, off, e.kind, e.state_kind, e.cause, e.outcome, seq, mono(), e.step, 1, 2,
+             e.preemption_count, e.hash, e.depth, e.page, e.line, e.need, e.free)
+        off += size
+        seq += 1
+    return _clock() - t0, time.thread_time_ns() - c0
 
 def run_bench(n: int, path: str | None = None, repeats: int = 3,
               progress: Callable[[str], None] | None = None) -> dict[str, Any]:
@@ -77,23 +97,8 @@ def run_bench(n: int, path: str | None = None, repeats: int = 3,
     floor_cpu: list[int] = []
 
     def loop_floor() -> int:
-        pack = fmt.EVENT_NO_CHAIN.pack_into
-        size = fmt.EVENT_NO_CHAIN.size
-        buf = bytearray(1024 * size)
-        limit = len(buf) - size
-        mono = time.monotonic_ns
-        off = seq = 0
-        c0 = time.thread_time_ns()
-        t0 = _clock()
-        for e in events:
-            if off > limit:
-                off = 0
-            pack(buf, off, e.kind, e.state_kind, e.cause, e.outcome, seq, mono(), e.step, 1, 2,
-                 e.preemption_count, e.hash, e.depth, e.page, e.line, e.need, e.free)
-            off += size
-            seq += 1
-        t = _clock() - t0
-        floor_cpu.append(time.thread_time_ns() - c0)
+        t, cpu = floor_loop(events)
+        floor_cpu.append(cpu)
         return t
 
     def loop_null() -> int:
