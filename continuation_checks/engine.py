@@ -19,8 +19,9 @@ classes stay untouched, the tracer's way):
       split       [0 ....... b) [b .......... c) [c .. L)      (one request, no reuse)
       retained    producer [0 ....... b) [b]   consumer: adopt b, [b ... c) [c .. L)
 
-  (under an organization, OrgScheduler's own split already ends a chunk at every G boundary,
-  so all three arms run the same chunks ``[0,G) [G,2G) ...``; the extra stop is then a no-op)
+  (under an organization the chunks are vLLM's, boundary states exported during the forward;
+  with ``HYBRIDMEM_ORG_CHUNK_STOPS=1`` every chunk ends at each G boundary, all three arms run
+  the same chunks ``[0,G) [G,2G) ...`` and the extra stop is a no-op)
 
 The organization is a parameter: ``vllm`` uses vLLM's KV-cache manager and its Mamba rows
 (:class:`~continuation_checks.storage.VllmRows`); S0/S1/S2/D0 run vLLM's scheduler with the

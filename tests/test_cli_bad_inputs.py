@@ -374,6 +374,7 @@ def _cases() -> list[tuple[str, list[str]]]:
         ("--cap", ("0", "-1", "1000000000", HUGE)),
         ("--max-model-len", ("0", "63", "1000000000000", HUGE, "4096")),  # tiny: 2,048
         ("--kv-blocks", ("0", "1", "1000000000000", HUGE)),
+        ("--max-num-batched-tokens", ("0", "15", "x", "1e9", HUGE)),
         ("--server-timeout", ("nan", "0", "-1", "inf")),
         ("--request-timeout", ("nan", "0", "-1", "inf")),
     ):

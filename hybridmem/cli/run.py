@@ -46,6 +46,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="model limit the workload is scaled to (default 1024)")
     p.add_argument("--kv-blocks", type=count(2, MAX_KV_BLOCKS), default=None, metavar="B",
                    help="KV-cache blocks (default: sized from 256 MiB)")
+    p.add_argument("--max-num-batched-tokens", type=count(16, 1 << 20), default=None,
+                   metavar="T", dest="chunk_tokens",
+                   help="tokens per engine step, i.e. the longest prefill chunk (vLLM "
+                   "max_num_batched_tokens; default: vLLM's)")
     p.add_argument("--out", type=path_arg(), required=True, metavar="DIR",
                    help="output directory")
     p.add_argument("--server", action="store_true",
@@ -145,7 +149,8 @@ def run(args: argparse.Namespace) -> int:
         model=args.model, requests=args.requests, rate=args.rate, share=args.share,
         seed=args.seed, cap=args.cap, isolate=args.isolate, trace_dir=trace_dir, out=args.out,
         prefix_caching=not args.no_prefix_caching, max_model_len=args.max_model_len,
-        kv_blocks=args.kv_blocks, org=org, budget=budget, headroom=args.headroom,
+        kv_blocks=args.kv_blocks, chunk_tokens=args.chunk_tokens, org=org, budget=budget,
+        headroom=args.headroom,
         pin_k=args.pin_k, pin_budget=args.pin_budget, retention=args.retention,
         fault=args.fault, check_invariants=args.check_invariants,
         attention_fraction=args.attention_fraction,

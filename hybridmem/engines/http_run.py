@@ -223,6 +223,7 @@ def run_serving_http(cfg: RunConfig, progress: bool = True, start_timeout: float
         model=model, dtype=cfg.dtype, seed=cfg.seed, max_model_len=cfg.max_model_len,
         cap=cfg.cap, prefix_caching=cfg.prefix_caching, kv_blocks=cfg.kv_blocks,
         kv_cache_bytes=cfg.kv_cache_bytes, extra_args=org_server_args(cfg, model),
+        chunk_tokens=cfg.chunk_tokens,
     )
     records = {r.request_id: RequestRecord(r) for r in workload.requests}
     server = VllmServer(settings, out / SERVER_LOG, _server_env(cfg, trace_path, model))

@@ -70,6 +70,7 @@ class RunConfig:
     prefix_caching: bool = True
     max_model_len: int = 1024    # model limit the workload is scaled to
     kv_blocks: int | None = None  # KV-cache blocks (None: from kv_cache_bytes)
+    chunk_tokens: int | None = None  # tokens per engine step (vLLM max_num_batched_tokens)
     kv_cache_bytes: int = 256 << 20
     dtype: str = "float32"
     data_dir: Path | None = None  # where the tiny model lives (default data/models/tiny-falcon-h1)
@@ -109,6 +110,9 @@ class RunConfig:
             raise ValueError(f"max_model_len must be >= 64 tokens, got {self.max_model_len}")
         if self.kv_blocks is not None and self.kv_blocks < 2:
             raise ValueError(f"kv_blocks must be >= 2, got {self.kv_blocks}")
+        if self.chunk_tokens is not None and not 16 <= self.chunk_tokens <= 1 << 20:
+            raise ValueError(f"chunk_tokens must be in [16, {1 << 20:,}], got "
+                             f"{self.chunk_tokens:,}")
         for name, value, hi in (("requests", self.requests, 100_000),
                                 ("seed", self.seed, 2**32 - 1), ("cap", self.cap, 4096),
                                 ("max_model_len", self.max_model_len, 1 << 20),
@@ -231,6 +235,8 @@ def _engine(cfg: RunConfig, model: Path) -> Any:
     )
     if cfg.kv_blocks is not None:
         kwargs["num_gpu_blocks_override"] = cfg.kv_blocks
+    if cfg.chunk_tokens is not None:
+        kwargs["max_num_batched_tokens"] = cfg.chunk_tokens
     kwargs["kv_cache_memory_bytes"] = cfg.kv_cache_bytes
     kwargs.update(org_engine_args(cfg, model))
     return LLMEngine.from_engine_args(EngineArgs(**kwargs))

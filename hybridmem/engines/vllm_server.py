@@ -55,6 +55,7 @@ class ServerSettings:
     kv_blocks: int | None
     kv_cache_bytes: int
     extra_args: tuple[str, ...] = ()  # e.g. organization mode's scheduler seam and settings
+    chunk_tokens: int | None = None  # max_num_batched_tokens
 
 
 def server_command(s: ServerSettings, port: int) -> list[str]:
@@ -74,6 +75,8 @@ def server_command(s: ServerSettings, port: int) -> list[str]:
     ]
     if s.kv_blocks is not None:
         argv += ["--num-gpu-blocks-override", str(s.kv_blocks)]
+    if s.chunk_tokens is not None:
+        argv += ["--max-num-batched-tokens", str(s.chunk_tokens)]
     return argv + list(s.extra_args)
 
 

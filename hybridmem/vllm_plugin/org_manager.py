@@ -52,7 +52,7 @@ from hybridmem.events import Event, EventKind, Observer, Outcome, StateKind
 from hybridmem.geometry import ceil_div
 from hybridmem.org_interface import LookupResult, Organization
 from hybridmem.vllm_plugin.org_settings import OrgPlan
-from hybridmem.vllm_plugin.state_table import StateAddress, StateLayout, StateTable
+from hybridmem.vllm_plugin.state_table import Export, StateAddress, StateLayout, StateTable
 
 _CONV = {"S0": "inside", "S1": "page", "S2": "slot", "D0": "inside"}
 
@@ -147,6 +147,7 @@ class OrgKVCacheManager:
         self._new_attn_ids: list[int] = []
         # state table (the worker-side contract)
         self.state_table = StateTable(state_layout(plan, org))
+        self.state_table.boundary_checkpoints = True
         self._state: dict[int, StateAddress] = {}
         self._state_sig = (-1, -1)
         # faults
@@ -251,19 +252,25 @@ class OrgKVCacheManager:
                     + num_new_tokens + num_lookahead_tokens, self._known[rid])
         if request.status in (RequestStatus.WAITING, RequestStatus.PREEMPTED) \
                 and rid not in self._sent:
-            return self._admit(request, rid, num_new_computed_tokens, total)
+            return self._admit(request, rid, num_new_computed_tokens, total,
+                               computed + num_new_computed_tokens
+                               + num_external_computed_tokens, num_new_tokens)
         if computed:
             self.ops.publish(rid, computed)
             self.ops.release_superseded(rid)
         if self.org.pages_needed(rid, total).total == 0:
-            return self.empty_kv_cache_blocks  # nothing to grow: no ALLOCATION event (as vLLM)
+            # nothing to grow: no ALLOCATION event (as vLLM)
+            self._register_export(rid, computed, computed + num_new_tokens)
+            return self.empty_kv_cache_blocks
         result = self.ops.allocate(rid, total)
         self._sync_state()
         if not result.ok:
             return None
+        self._register_export(rid, computed, computed + num_new_tokens)
         return self._new_blocks(rid)
 
-    def _admit(self, request: Any, rid: str, depth: int, total: int) -> Any:
+    def _admit(self, request: Any, rid: str, depth: int, total: int, start: int,
+               num_new_tokens: int) -> Any:
         from vllm.v1.request import RequestStatus
 
         hit = self._hits.pop(rid, None)
@@ -299,10 +306,68 @@ class OrgKVCacheManager:
         if self.fault == "stale-checkpoint" and hit.checkpoint is not None and hit.j > 0:
             self._stale_checkpoint(rid, hit)
         self._sync_state()
+        self._register_export(rid, start, start + num_new_tokens)
         attn, mamba = self._full_tables(rid)
         self._sent[rid] = [len(attn), len(mamba)]
         self._new_attn_ids.extend(attn[len(hit.blocks):])  # adopted blocks are never zeroed
         return self._kv_blocks(attn, mamba)
+
+    def fit_chunk(self, request: Any, start: int, end: int) -> int:
+        """With boundary exports, where the chunk ``[start, e)`` to schedule ends: ``end`` (the
+        chunk vLLM chose) if the organization could hold every checkpoint it writes at once,
+        else the largest grid multiple ``start < e < end`` that could, else the next boundary.
+
+        A chunk's checkpoints are all written in one step, so none is reclaimable before the
+        chunk ends; "could hold" = in the pool with only other owners' pins and the admission
+        headroom taken (what vLLM's own preemption can free). Under pressure, admission and
+        preemption then decide as in vLLM: a waiting request whose chunk does not fit now
+        waits, a running one preempts others."""
+        org = self.org
+        rid = request.request_id
+        ga, gr, g = org.attention_grid, org.recurrent_grid, self._grid
+        pinned = 0
+        for ck, owner in org.pins.values():
+            if owner != rid:
+                pinned += len(set(org._ckpt_pages(ck)))
+        ha, hr = self._headroom
+        atotal = org.pool_for(StateKind.ATTENTION).total
+        rtotal = org.pool_for(StateKind.RECURRENT).total
+        base = (start // gr) * gr
+
+        def fits(e: int) -> bool:
+            blocks = ceil_div(e, ga)
+            units = org._ckpt_units(len(range(base + gr, ceil_div(e, gr) * gr + 1, gr))
+                                    + (1 if base else 0))
+            if self._shared:
+                return blocks + units + ha <= atotal - pinned
+            return blocks + ha <= atotal and units + hr <= rtotal - pinned
+
+        if fits(end):
+            return end
+        for e in range((end - 1) // g * g, start, -g):
+            if fits(e):
+                return e
+        return min(end, (start // g + 1) * g)
+
+    def _register_export(self, rid: str, start: int, end: int) -> None:
+        """This step's chunk ``[start, end)`` of ``rid``: name the checkpoint of every recurrent
+        boundary strictly inside it, under the row's destination block id (state_table's
+        boundary exports), so the worker writes each one during this step's forward."""
+        gr = self.org.recurrent_grid
+        first = (start // gr + 1) * gr
+        if first >= end:
+            return
+        req = self.org.requests[rid]
+        pairs = []
+        for b in range(first, end, gr):
+            ck = req.ckpts.get(b)
+            if ck is None or ck.conv < 0 or min(ck.members) < 0:
+                raise AssertionError(f"request {rid}: chunk [{start}, {end}) spans boundary {b} "
+                                     "but the organization holds no checkpoint with storage "
+                                     "there; this indicates allocate skipped a boundary")
+            pairs.append((b, self._home_id(ck.home_page)))
+        dst = self._positions(req, ceil_div(end, self._grid) - 1, ceil_div(end, self._grid))[0]
+        self.state_table.set_export(dst, Export(rid, start, end, tuple(pairs)))
 
     def _full_tables(self, rid: str) -> tuple[list[int], list[int]]:
         req = self.org.requests[rid]
@@ -360,6 +425,7 @@ class OrgKVCacheManager:
             self.counters["preemptions"] += 1
         for table in (self._hits, self._sent, self._override, self._adopted):
             table.pop(rid, None)
+        self.state_table.drop_exports(rid)
         self._sync_state()
 
     def pop_blocks_for_free(self, request: Any) -> list[Any]:
@@ -514,4 +580,4 @@ class OrgKVCacheManager:
         return KVCacheBlocks(blocks) if any(blocks) else self.empty_kv_cache_blocks
 
     def new_step_starts(self) -> None:
-        return None
+        self.state_table.exports.clear()  # exports name one step's chunks

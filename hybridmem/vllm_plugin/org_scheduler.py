@@ -147,7 +147,8 @@ def state_storage(scheduler: Any, plan: Any) -> dict[str, Any]:
             "arena_mode": org_state.arena_mode(), "org_grid": grid is not None,
             "page_bytes": layout.page_bytes, "members": layout.members, "conv": layout.conv,
             "slots_per_slab": layout.slots_per_slab, "num_pages": layout.num_pages,
-            "poison_vllm_state": org_state.poison_on()}
+            "poison_vllm_state": org_state.poison_on(),
+            "boundary_states": "chunk stops" if not org_state.boundary_exports() else "exported"}
 
 
 class OrgScheduler(Scheduler):
@@ -169,6 +170,9 @@ class OrgScheduler(Scheduler):
                                  f"'align'), got {cache.enable_prefix_caching=} "
                                  f"{cache.mamba_cache_mode=}")
         self.org_settings = settings
+        from hybridmem.vllm_plugin import org_state
+
+        self._chunk_stops = not org_state.boundary_exports()
         plan = plan_org(settings, serving_geometry(vllm_config), serving_grid(vllm_config))
         self.org_plan = plan
         self._grid = plan.grid
@@ -230,14 +234,24 @@ class OrgScheduler(Scheduler):
     def _mamba_block_aligned_split(self, request: Any, num_new_tokens: int,
                                    num_new_local_computed_tokens: int = 0,
                                    num_external_computed_tokens: int = 0) -> int:
-        """vLLM's split, then also stop at the next grid boundary: the organization allocates
-        (and later publishes) a checkpoint at every boundary, and on CPU a chunk writes only
-        its end state, so every boundary must be a chunk end (seams note, trap 3)."""
+        """vLLM's split; with chunk stops on, then also stop at the next grid boundary.
+
+        The organization allocates (and later publishes) a checkpoint at every boundary, and
+        vLLM's forward writes only a chunk's end state (seams note, trap 3). By default the
+        worker exports every interior boundary's state during the forward
+        (``state_table`` boundary exports, :mod:`.org_state`), so chunks run as vLLM cuts
+        them; where it cannot (``org_state.boundary_exports()`` is False: not on CPU, or
+        ``HYBRIDMEM_ORG_CHUNK_STOPS=1``) every boundary is made a chunk end instead (outputs
+        unchanged, more steps)."""
         n = super()._mamba_block_aligned_split(request, num_new_tokens,
                                                num_new_local_computed_tokens,
                                                num_external_computed_tokens)
         start = (request.num_computed_tokens + num_new_local_computed_tokens
                  + num_external_computed_tokens)
+        if not self._chunk_stops:
+            if n <= 0 or start >= max(request.num_prompt_tokens, request.num_tokens - 1):
+                return n  # decode (or nothing): no boundary inside
+            return self.kv_cache_manager.fit_chunk(request, start, start + n) - start
         stop = (start // self._grid + 1) * self._grid
         return min(n, stop - start)
 

@@ -6,11 +6,14 @@ every ``MambaMixer2.conv_ssm_forward`` call of a step runs as::
     batch rows (decodes, then prefills)   block ids b_1..b_n  (0 = vLLM padding, skipped)
         |  resolve: b_i -> StateAddress(members, conv)            (once per step)
         v
-    scratch [1 + n, c + s] bytes   row 0 = padding (CPU conv kernels skip index 0: trap 2)
-        row i = [ conv c bytes | SSM s bytes ]  <- gathered from the layer's LayerStore
+    scratch rows 0..n   row 0 = padding (CPU conv kernels skip index 0: trap 2)
+        SSM [1 + n, members x page]  conv [1 + n, c]   <- LayerStore.read_rows (one indexed
+        |                                                 copy per state kind)
         |  the original forward, on the scratch, with state indices b_i -> i
+        |  (+ boundary exports: a prefill row whose chunk crosses recurrent boundaries leaves
+        |   each boundary's state, written to that boundary's checkpoint: boundary_export.py)
         v
-    rows 1..n scattered back to the same addresses
+    rows 1..n written back to the same addresses (LayerStore.write_rows)
 
 and align mode's boundary copy (``mamba_utils.collect_mamba_copy_meta``, before the forward:
 "checkpoint of the previous boundary -> checkpoint of the current one") becomes a copy
@@ -47,6 +50,7 @@ from typing import Any, NamedTuple
 import torch
 
 from hybridmem.vllm_plugin import faults, state_table
+from hybridmem.vllm_plugin.boundary_export import Sink, boundary_capture
 from hybridmem.vllm_plugin.org_geometry import PAGES_ATTR
 from hybridmem.vllm_plugin.org_storage import LayerStore, StateSizes, Tables
 from hybridmem.vllm_plugin.state_table import StateLayout, StateTable
@@ -54,6 +58,7 @@ from hybridmem.vllm_plugin.state_table import StateLayout, StateTable
 POISON_ENV = "HYBRIDMEM_POISON_VLLM_STATE"
 ARENA_ENV = "HYBRIDMEM_ORG_ARENA"  # "auto" (default) | "private" | "shared"
 ARENA_MODES = ("auto", "private", "shared")
+CHUNK_STOPS_ENV = "HYBRIDMEM_ORG_CHUNK_STOPS"  # "1": stop prefill chunks at every boundary
 _MARK = "_hybridmem_org_state"
 
 _settings = {"poison": False, "arena": "auto"}
@@ -75,6 +80,16 @@ def set_arena_mode(mode: str) -> None:
     if mode not in ARENA_MODES:
         raise ValueError(f"arena mode {mode!r}; expected one of {', '.join(ARENA_MODES)}")
     _settings["arena"] = mode
+
+
+def boundary_exports() -> bool:
+    """Whether the worker writes interior boundary states during the forward (CPU, unless
+    ``HYBRIDMEM_ORG_CHUNK_STOPS=1``); otherwise the scheduler stops chunks at boundaries."""
+    if os.environ.get(CHUNK_STOPS_ENV, "0") not in ("", "0"):
+        return False
+    from vllm.platforms import current_platform
+
+    return bool(current_platform.is_cpu())
 
 
 # -- per-layer storage ------------------------------------------------------------------------
@@ -132,27 +147,86 @@ def store_for(layer: Any, table: StateTable) -> LayerStore:
     return store
 
 
-def _scratch(layer: Any, store: LayerStore, rows: int) -> tuple[torch.Tensor, tuple[Any, Any]]:
-    """Byte scratch ``[rows, c + s]`` and its (conv, ssm) views shaped like ``layer.kv_cache``."""
-    s, c = store.sizes
-    buf = getattr(layer, "_hybridmem_scratch", None)
-    if buf is None or buf.shape[0] < rows:
-        buf = torch.zeros(max(rows, 8), c + s, dtype=torch.uint8, device=store.device)
-        layer._hybridmem_scratch = buf
-    buf = buf[:rows]
-    (conv_shape, ssm_shape), (conv_dt, ssm_dt) = layer.get_state_shape(), layer.get_state_dtype()
-    conv = buf[:, :c].view(conv_dt).view(rows, *conv_shape)
-    ssm = buf[:, c:].view(ssm_dt).view(rows, *ssm_shape)
-    return buf, (conv, ssm)
+def _shapes(layer: Any) -> tuple[tuple[Any, Any], tuple[Any, Any]]:
+    """``((conv shape, ssm shape), (conv dtype, ssm dtype))`` of one row, cached on the layer."""
+    cached = getattr(layer, "_hybridmem_shapes", None)
+    if cached is None:
+        cached = (tuple(layer.get_state_shape()), tuple(layer.get_state_dtype()))
+        layer._hybridmem_shapes = cached
+    return cached
+
+
+def _views(layer: Any, store: LayerStore, ssm: torch.Tensor, conv: torch.Tensor,
+           rows: int) -> tuple[Any, Any]:
+    """(conv, ssm) views shaped like ``layer.kv_cache`` over ``rows`` padded scratch rows."""
+    (conv_shape, ssm_shape), (conv_dt, ssm_dt) = _shapes(layer)
+    s = store.sizes.ssm_bytes
+    return (conv[:rows].view(conv_dt).view(rows, *conv_shape),
+            ssm[:rows, :s].view(ssm_dt).view(rows, *ssm_shape))
+
+
+def _scratch(layer: Any, store: LayerStore, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The layer's padded scratch (``LayerStore.new_rows``), at least ``rows`` rows."""
+    held = getattr(layer, "_hybridmem_scratch", None)
+    if held is None or held[0] is not store or held[1].shape[0] < rows:
+        ssm, conv = store.new_rows(max(rows, 8))
+        held = (store, ssm, conv)
+        layer._hybridmem_scratch = held
+    return held[1], held[2]
 
 
 # -- one step's plan ---------------------------------------------------------------------------
+class _Exports(NamedTuple):
+    """This step's interior boundary states to write (state_table's boundary exports)."""
+
+    cuts: dict[int, list[int]]  # prefill row -> token offsets into its query, ascending
+    keys: list[tuple[int, int]]  # (prefill row, offset) of each target, in ``tables`` order
+    tables: Tables  # the targets' addresses
+
+
 class _Plan(NamedTuple):
     md: Any  # vLLM's metadata object the plan was made for (held, so identity stays unique)
     table: StateTable
     remapped: Any  # the same metadata with state indices pointing at scratch rows
     tables: Tables | None  # addresses of scratch rows 1..n (None: no live row)
     rows: int  # 1 + n
+    exports: _Exports | None
+
+
+def _export_plan(md: Any, table: StateTable, store: LayerStore) -> _Exports | None:
+    """Match every prefill row that spans a recurrent boundary with the manager's export for
+    its destination block id; a row without one is refused (its boundary checkpoint would be
+    published with state never written)."""
+    n = int(md.num_prefills or 0)
+    if n == 0 or md.state_indices_tensor_p is None or not table.boundary_checkpoints:
+        return None
+    gr = table.layout.grid_tokens
+    qs = md.query_start_loc_p.tolist()
+    nd = int(md.num_decodes or 0)
+    ends = md.seq_lens[nd:nd + n].tolist()
+    ids = md.state_indices_tensor_p.reshape(-1).tolist()
+    cuts: dict[int, list[int]] = {}
+    keys: list[tuple[int, int]] = []
+    addresses = []
+    for r in range(n):
+        end = int(ends[r])
+        start = end - (qs[r + 1] - qs[r])
+        want = tuple(range((start // gr + 1) * gr, end, gr))
+        if not want:
+            continue
+        ex = table.exports.get(int(ids[r]))
+        if ex is None or (ex.start, ex.end) != (start, end) \
+                or tuple(b for b, _ in ex.boundaries) != want:
+            raise AssertionError(f"worker: prefill chunk [{start}, {end}) (block id {ids[r]}) "
+                                 f"spans boundaries {list(want)} but the manager exported "
+                                 f"{ex}; its checkpoints would be published unwritten")
+        cuts[r] = [b - start for b in want]
+        for b, block_id in ex.boundaries:
+            keys.append((r, b - start))
+            addresses.append(table.resolve(block_id))
+    if not keys:
+        return None
+    return _Exports(cuts, keys, store.tables(addresses))
 
 
 _last: list[_Plan] = []
@@ -188,9 +262,30 @@ def _plan(md: Any, table: StateTable, store: LayerStore) -> _Plan:
     remapped = dataclasses.replace(md, state_indices_tensor_d=remap(idd),
                                    state_indices_tensor_p=remap(ip))
     tables = store.tables([table.resolve(b) for b in blocks]) if blocks else None
-    plan = _Plan(md, table, remapped, tables, 1 + len(blocks))
+    plan = _Plan(md, table, remapped, tables, 1 + len(blocks), _export_plan(md, table, store))
     _last[:] = [plan]
     return plan
+
+
+def _write_exports(layer: Any, store: LayerStore, ex: _Exports, sink: Sink) -> None:
+    """The captured boundary states -> their checkpoints' addresses."""
+    from vllm.model_executor.layers.mamba.mamba_utils import is_conv_state_dim_first
+
+    ssm, conv = store.new_rows(len(ex.keys))
+    store.read_rows(ex.tables, ssm, conv)  # member tails are written back as they were
+    conv_v, ssm_v = _views(layer, store, ssm, conv, len(ex.keys))
+    if not is_conv_state_dim_first():  # the forward sees (dim, width), as the mixer does
+        conv_v = conv_v.transpose(-1, -2)
+    for j, key in enumerate(ex.keys):
+        try:
+            c, h = sink["conv"][key], sink["ssm"][key]
+        except KeyError:
+            raise AssertionError(f"worker: {layer.prefix}: no boundary state for prefill row "
+                                 f"{key[0]} at offset {key[1]}; the forward took a path the "
+                                 "boundary capture does not see") from None
+        conv_v[j, :, :c.shape[1]] = c
+        ssm_v[j] = h
+    store.write_rows(ex.tables, ssm, conv)
 
 
 def _metadata(layer: Any) -> tuple[dict[str, Any], Any] | None:
@@ -235,22 +330,27 @@ def _wrap_forward(original: Any) -> Any:
             return original(self, projected_states, output)
         store = store_for(self, table)
         plan = _plan(md, table, store)
-        buf, views = _scratch(self, store, plan.rows)
-        s, c = store.sizes
-        words = store.words(buf)
-        cw = c // store.word
+        ssm, conv = _scratch(self, store, plan.rows)
+        n = plan.rows
         if plan.tables is not None:
-            store.gather(plan.tables, words[1:, cw:], words[1:, :cw])
+            store.read_rows(plan.tables, ssm[1:n], conv[1:n])
         kept = self.kv_cache
-        self.kv_cache = views
+        self.kv_cache = _views(self, store, ssm, conv, n)
         by_layer[self.prefix] = plan.remapped
+        sink: dict[str, dict[tuple[int, int], torch.Tensor]] = {"conv": {}, "ssm": {}}
         try:
-            result = original(self, projected_states, output)
+            if plan.exports is None:
+                result = original(self, projected_states, output)
+            else:
+                with boundary_capture(plan.exports.cuts, sink):
+                    result = original(self, projected_states, output)
         finally:
             self.kv_cache = kept
             by_layer[self.prefix] = md
         if plan.tables is not None:
-            store.scatter(plan.tables, words[1:, cw:], words[1:, :cw])
+            store.write_rows(plan.tables, ssm[1:n], conv[1:n])
+        if plan.exports is not None:
+            _write_exports(self, store, plan.exports, sink)
         return result
 
     setattr(conv_ssm_forward, _MARK, True)

@@ -175,6 +175,7 @@ class LayerStore:
             self.conv_pool = slab_lines(words, layout.slots_per_slab)[:, :cw]
         self.swap_members = swap_members and layout.members >= 2
         self.device = self.pages.device
+        self._single: dict[StateAddress, Tables] = {}
 
     @property
     def num_conv_ids(self) -> int:
@@ -220,9 +221,72 @@ class LayerStore:
 
     def copy(self, src: StateAddress, dst: StateAddress) -> None:
         """Checkpoint ``dst`` <- checkpoint ``src`` (align mode's boundary copy)."""
-        s, c = self.sizes
-        row = torch.empty(1, s + c, dtype=torch.uint8, device=self.device)
-        words = self.words(row)
-        sw = s // self.word
-        self.gather(self.tables([src]), words[:, :sw], words[:, sw:])
-        self.scatter(self.tables([dst]), words[:, :sw], words[:, sw:])
+        self.copy_many(self._one(src), self._one(dst))
+
+    def _one(self, address: StateAddress) -> Tables:
+        """``tables([address])``, memoised (an address's tables depend on nothing else)."""
+        t = self._single.get(address)
+        if t is None:
+            if len(self._single) >= 4096:
+                self._single.clear()
+            t = self._single[address] = self.tables([address])
+        return t
+
+    # -- the serving path: padded scratch rows, one indexed op per state kind ----------------
+    @property
+    def ssm_row_words(self) -> int:
+        """Words of one padded SSM scratch row: ``members`` whole member rows (>= s / w)."""
+        return int(self.layout.members * self.ssm_pool.shape[1])
+
+    def new_rows(self, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Contiguous byte scratch ``(ssm [rows, members x member bytes], conv [rows, c])`` for
+        :meth:`read_rows` / :meth:`write_rows` (the SSM row is padded to whole members)."""
+        ssm = torch.zeros(rows, self.ssm_row_words * self.word, dtype=torch.uint8,
+                          device=self.device)
+        conv = torch.zeros(rows, self.sizes.conv_bytes, dtype=torch.uint8, device=self.device)
+        return ssm, conv
+
+    def read_rows(self, t: Tables, ssm: torch.Tensor, conv: torch.Tensor) -> None:
+        """Scratch rows (from :meth:`new_rows`, ``len(t)`` of them) <- the checkpoints at ``t``.
+
+        CPU: one ``index_select`` of every member row (the last member whole: the padding
+        receives the rest of that page) and one of every conv line, straight into the scratch.
+        Equal to :meth:`gather` on the first ``s`` SSM bytes (tested)."""
+        members = t.members
+        if self.swap_members:
+            members = members[:, [1, 0, *range(2, members.shape[1])]]
+        sw = self.sizes.ssm_bytes // self.word
+        if self.device.type == "cuda":  # untested here: no device was lent to this session
+            self.gather(t, self.words(ssm)[:, :sw], self.words(conv))
+            return
+        e = self.ssm_pool.shape[1]
+        torch.index_select(self.ssm_pool, 0, members.reshape(-1),
+                           out=self.words(ssm).view(-1, e))
+        torch.index_select(self.conv_pool, 0, t.conv, out=self.words(conv))
+
+    def write_rows(self, t: Tables, ssm: torch.Tensor, conv: torch.Tensor) -> None:
+        """The checkpoints at ``t`` <- scratch rows (whole member rows: a member page belongs to
+        one checkpoint, and its tail is written back as it was read). Equal to
+        :meth:`scatter` on every checkpoint byte (tested)."""
+        if self.device.type == "cuda":  # untested here: no device was lent to this session
+            sw = self.sizes.ssm_bytes // self.word
+            self.scatter(t, self.words(ssm)[:, :sw], self.words(conv))
+            return
+        e = self.ssm_pool.shape[1]
+        self.ssm_pool.index_copy_(0, t.members.reshape(-1), self.words(ssm).view(-1, e))
+        self.conv_pool.index_copy_(0, t.conv, self.words(conv))
+
+    def copy_many(self, src: Tables, dst: Tables) -> None:
+        """Checkpoints ``dst[i]`` <- ``src[i]`` for every i (align mode's boundary copies of one
+        step, batched). No ``dst`` may appear twice or as a ``src``."""
+        if self.device.type == "cuda":  # untested here: no device was lent to this session
+            ssm, conv = self.new_rows(int(src.conv.shape[0]))
+            self.read_rows(src, ssm, conv)
+            self.write_rows(dst, ssm, conv)
+            return
+        members = src.members
+        if self.swap_members:  # a read takes the members swapped, the write stays right
+            members = members[:, [1, 0, *range(2, members.shape[1])]]
+        self.ssm_pool.index_copy_(0, dst.members.reshape(-1),
+                                  self.ssm_pool.index_select(0, members.reshape(-1)))
+        self.conv_pool.index_copy_(0, dst.conv, self.conv_pool.index_select(0, src.conv))

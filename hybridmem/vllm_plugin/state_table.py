@@ -19,8 +19,18 @@ For the Mamba KV-cache group the manager hands each request a *positional* block
     D0:       home id = attention-pool size + composite id (block ids of both pools never collide)
 
 The worker resolves a block id to the checkpoint's full :class:`StateAddress` through
-:meth:`StateTable.resolve`. An address stays valid while the checkpoint is referenced; the
-manager removes it (``drop``) before the storage can be reused.
+:meth:`StateTable.resolve`.
+
+Boundary exports. A prefill chunk ``[start, end)`` may span recurrent boundaries
+``start < b < end`` (multiples of the layout's ``grid_tokens``); the worker writes only the
+chunk's end state to the row's state index, so the manager registers, per step, an
+:class:`Export` under the row's destination block id (position ``ceil(end / G) - 1``) naming
+every interior boundary's checkpoint, and the worker writes each boundary's state there during
+the same forward (:mod:`.org_state`). A row that spans a boundary with no export is refused
+(its checkpoint would be published unwritten).
+
+An address stays valid while the checkpoint is referenced; the manager removes it (``drop``)
+before the storage can be reused.
 """
 
 from __future__ import annotations
@@ -57,6 +67,16 @@ class StateAddress(NamedTuple):
     conv: int
 
 
+class Export(NamedTuple):
+    """Interior boundaries of one prefill chunk ``[start, end)`` and their checkpoints' block
+    ids: ``boundaries[i] = (b, block id)`` with ``start < b < end``, ascending."""
+
+    request_id: str
+    start: int
+    end: int
+    boundaries: tuple[tuple[int, int], ...]
+
+
 class UnregisteredBlock(AssertionError):
     """The worker was handed a Mamba block id with no live recurrent address (a stale id: the
     checkpoint was released or never registered). Serving stops on it as on an invariant."""
@@ -68,6 +88,10 @@ class StateTable:
     def __init__(self, layout: StateLayout) -> None:
         self.layout = layout
         self._by_block: dict[int, StateAddress] = {}
+        self.exports: dict[int, Export] = {}  # this step's: destination block id -> Export
+        # an organization holds a checkpoint at every boundary, so a prefill chunk crossing one
+        # needs its export; a table over vLLM's own manager (null blocks between) does not
+        self.boundary_checkpoints = False
 
     def set(self, block_id: int, address: StateAddress) -> None:
         if block_id <= 0:
@@ -76,6 +100,21 @@ class StateTable:
             raise ValueError(f"{self.layout.org}: address has {len(address.members)} members, "
                              f"the layout {self.layout.members}")
         self._by_block[block_id] = address
+
+    def set_export(self, dst_block_id: int, export: Export) -> None:
+        """Register ``export`` for the row whose state index is ``dst_block_id`` this step."""
+        if dst_block_id <= 0:
+            raise ValueError(f"export of {export.request_id}: destination block id "
+                             f"{dst_block_id} is vLLM's null block or negative")
+        held = self.exports.get(dst_block_id)
+        if held is not None and held.request_id != export.request_id:
+            raise AssertionError(f"block id {dst_block_id} is the destination of {export} and "
+                                 f"of {held} in one step; this indicates a block table bug")
+        self.exports[dst_block_id] = export
+
+    def drop_exports(self, request_id: str) -> None:
+        for block_id in [b for b, e in self.exports.items() if e.request_id == request_id]:
+            del self.exports[block_id]
 
     def drop(self, block_id: int) -> None:
         self._by_block.pop(block_id, None)

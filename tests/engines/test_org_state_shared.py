@@ -112,13 +112,13 @@ def test_overwriting_the_shared_pages_changes_tokens(shared_llm: Any,
     require_state_sensitive_model()
     good, _ = _serve(shared_llm, "S0")
     written: set[int] = set()
-    scatter = LayerStore.scatter
+    write_rows = LayerStore.write_rows
 
     def recording(self: LayerStore, t: Any, ssm: Any, conv: Any) -> None:
         written.update(t.members[:, 0].tolist())
-        scatter(self, t, ssm, conv)
+        write_rows(self, t, ssm, conv)
 
-    monkeypatch.setattr(LayerStore, "scatter", recording)
+    monkeypatch.setattr(LayerStore, "write_rows", recording)
     bad, _ = _serve(shared_llm, "S0", corrupt=written)
     changed = sum(a != b for a, b in zip(bad[1:], good[1:], strict=True))
     print(f"CONTROL: changed {changed} of {len(bad[1:])} requests")

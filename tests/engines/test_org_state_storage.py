@@ -127,11 +127,10 @@ def test_copy_moves_one_checkpoint_and_nothing_else() -> None:
     src, dst = _addresses(layout, 2, random.Random(2))
     before = store.pages.clone()
     store.copy(src, dst)
-    for page, lo, hi, _, _ in _expected_regions(layout, sizes, dst):
-        before[page, lo:hi] = 0  # compare these separately
     after = store.pages.clone()
-    for page, lo, hi, _, _ in _expected_regions(layout, sizes, dst):
-        after[page, lo:hi] = 0
+    for snap in (before, after):  # compare dst separately; its member pages are wholly its own
+        for page, lo, hi, part, _ in _expected_regions(layout, sizes, dst):
+            snap[page, 0 if part == "ssm" else lo:layout.page_bytes if part == "ssm" else hi] = 0
     assert torch.equal(after, before)
     s, c = sizes
     a, b = torch.zeros(1, s + c, dtype=torch.uint8), torch.zeros(1, s + c, dtype=torch.uint8)
@@ -211,3 +210,57 @@ def test_cpu_page_copies_equal_the_kernel_reference(org: str, members: int, spp:
         gather_pages_cpu(pools[0], table, got)
         gather_pages_ref(pools[1], table, want)
         assert torch.equal(got, want) and torch.equal(got, words)
+
+
+@pytest.mark.parametrize(("org", "members", "spp"), CASES,
+                         ids=[f"{o}-m{m}-spp{s}" for o, m, s in CASES])
+def test_padded_rows_equal_gather_and_scatter(org: str, members: int, spp: int) -> None:
+    """The serving path (read_rows / write_rows on member-padded scratch rows) stores and
+    loads the same bytes as scatter / gather, and leaves every other byte as it was."""
+    layout, sizes = _case(org, members, spp)
+    gen = torch.Generator().manual_seed(7 * members + spp)
+    base = torch.randint(0, 256, (NUM_PAGES, layout.page_bytes), dtype=torch.uint8,
+                         generator=gen)
+    ref, fast = (LayerStore(layout, sizes, pages=base.clone()) for _ in range(2))
+    t = ref.tables(_addresses(layout, 3, random.Random(members * spp)))
+    s, c = sizes
+    state = torch.randint(0, 256, (3, s + c), dtype=torch.uint8, generator=gen)
+    ref.scatter(t, ref.words(state[:, :s]), ref.words(state[:, s:]))
+    ssm, conv = fast.new_rows(3)
+    fast.read_rows(t, ssm, conv)  # the padding holds the member tails as they are
+    ssm[:, :s], conv[:] = state[:, :s], state[:, s:]
+    fast.write_rows(t, ssm, conv)
+    assert torch.equal(fast.pages, ref.pages)
+    back_ssm, back_conv = fast.new_rows(3)
+    fast.read_rows(t, back_ssm, back_conv)
+    assert torch.equal(back_ssm[:, :s], state[:, :s]) and torch.equal(back_conv, state[:, s:])
+
+
+def test_copy_many_equals_one_copy_per_pair() -> None:
+    layout, sizes = _case("S2", 3, 4)
+    gen = torch.Generator().manual_seed(11)
+    base = torch.randint(0, 256, (NUM_PAGES, layout.page_bytes), dtype=torch.uint8,
+                         generator=gen)
+    one, many = (LayerStore(layout, sizes, pages=base.clone()) for _ in range(2))
+    a = _addresses(layout, 4, random.Random(5))
+    pairs = [(a[0], a[2]), (a[1], a[3])]  # sources and destinations disjoint
+    for src, dst in pairs:
+        one.copy(src, dst)
+    many.copy_many(many.tables([p[0] for p in pairs]), many.tables([p[1] for p in pairs]))
+    assert torch.equal(one.pages, many.pages)
+    assert not torch.equal(one.pages, base)  # negative control: the copies did move bytes
+
+
+@pytest.mark.parametrize("org", ["S1", "S2"])
+def test_swap_members_fault_reads_padded_rows_in_the_wrong_order(org: str) -> None:
+    layout, sizes = _case(org, 3, 4)
+    pages = torch.randint(0, 256, (NUM_PAGES, layout.page_bytes), dtype=torch.uint8)
+    good = LayerStore(layout, sizes, pages=pages)
+    bad = LayerStore(layout, sizes, pages=pages, swap_members=True)
+    t = good.tables(_addresses(layout, 2, random.Random(3)))
+    (g_ssm, g_conv), (b_ssm, b_conv) = good.new_rows(2), bad.new_rows(2)
+    good.read_rows(t, g_ssm, g_conv)
+    bad.read_rows(t, b_ssm, b_conv)
+    p = layout.page_bytes
+    assert not torch.equal(g_ssm, b_ssm) and torch.equal(g_conv, b_conv)
+    assert torch.equal(b_ssm[:, :p], g_ssm[:, p:2 * p])
