@@ -27,6 +27,10 @@ Waits (a full pool, the flusher's hand-offs) use a separate condition variable.
 ``close()`` (also run by ``atexit``, and after SIGTERM through ``SystemExit``) seals the last
 buffer, waits for the flusher, then writes the END record with the final counters.
 
+``TraceWriter(...)`` returns the compiled variant of ``tracer/accel.py`` when it is built (same
+bytes, same synchronization through the GIL; this class stays the reference and the fallback,
+``HYBRIDMEM_TRACER_PURE=1`` forces it).
+
 The disabled path is :data:`NULL_WRITER` (``TraceWriter.disabled()``): its methods do nothing, and
 callers on hot paths may test ``writer.enabled`` before building an :class:`Event`.
 """
@@ -142,6 +146,18 @@ class TraceWriter:
     """
 
     enabled = True
+    implementation = "python"  # "c": the compiled on_event of tracer/accel.py
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> TraceWriter:
+        """``TraceWriter(...)`` builds the compiled variant when it is built and not refused
+        (``HYBRIDMEM_TRACER_PURE=1``); see ``tracer/accel.py``."""
+        if cls is TraceWriter:
+            from tracer.accel import writer_class
+
+            chosen = writer_class()
+            if chosen is not TraceWriter:
+                return chosen.__new__(chosen)
+        return super().__new__(cls)
 
     def __init__(self, path: str | os.PathLike[str] | IO[bytes], meta: dict[str, Any], *,
                  policy: str = "block", buffer_records: int = 65536, packet_records: int = 1024,

@@ -1,0 +1,73 @@
+"""The trace writer's compiled fast path, chosen automatically (``tracer/_ctrace.c``).
+
+``TraceWriter(...)`` returns an :class:`AcceleratedTraceWriter` when the extension
+``tracer._ctrace`` was built (``pip install -e .`` compiles it; a failed compile is tolerated and
+leaves the pure-Python writer) and ``HYBRIDMEM_TRACER_PURE`` is unset, empty or ``0``; with
+``HYBRIDMEM_TRACER_PURE=1`` (read at each construction) it returns the pure-Python
+:class:`~tracer.writer.TraceWriter`, which stays the reference::
+
+    class AcceleratedTraceWriter(_ctrace.WriterCore, TraceWriter)
+          |                        |
+          |                        +-- every method but on_event: slow path, seal, flusher,
+          |                            close, fork, record() (pure Python, unchanged)
+          +-- _buf _off _seq _ids _tok: the emitting state, in C, under the attribute names
+          |   the Python methods use (member descriptors)
+          +-- on_event(event): packs the 100 B record (no chain, known strings, room in the
+              buffer, token free) or calls _on_event_slow = TraceWriter.on_event
+
+Both paths write the same bytes for the same events (``tests/tracer/test_accel.py``); every
+tracer test runs on both (``tests/tracer/conftest.py``). Synchronization: the GIL, see the C
+file's header comment.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from hybridmem.events import Event, EventKind
+from tracer.writer import TraceWriter
+
+PURE_ENV = "HYBRIDMEM_TRACER_PURE"
+
+_ctrace: Any
+try:
+    from tracer import _ctrace
+except ImportError as exc:  # not built (no compiler at install time) or built for another ABI
+    _ctrace = None
+    UNAVAILABLE: str | None = f"tracer._ctrace not importable ({exc})"
+else:
+    UNAVAILABLE = None
+    _ctrace.bind(Event, EventKind.END)
+
+
+def pure_forced() -> bool:
+    """``HYBRIDMEM_TRACER_PURE`` asks for the pure-Python writer (any value but "" and "0")."""
+    return os.environ.get(PURE_ENV, "") not in ("", "0")
+
+
+if _ctrace is not None:
+
+    class AcceleratedTraceWriter(_ctrace.WriterCore, TraceWriter):
+        """:class:`TraceWriter` with the compiled ``on_event`` (see the module docstring)."""
+
+        implementation = "c"
+        _on_event_slow = TraceWriter.on_event
+
+    ACCELERATED: type[TraceWriter] | None = AcceleratedTraceWriter
+else:
+    ACCELERATED = None
+
+
+def writer_class() -> type[TraceWriter]:
+    """The class ``TraceWriter(...)`` instantiates now."""
+    if ACCELERATED is None or pure_forced():
+        return TraceWriter
+    return ACCELERATED
+
+
+def set_test_clock(clock: Any) -> None:
+    """Tests only: the compiled path stamps ``clock()`` instead of CLOCK_MONOTONIC (None:
+    back to the real clock). The pure path reads ``tracer.writer._mono``; patch both."""
+    if _ctrace is not None:
+        _ctrace.set_clock(clock)
