@@ -10,24 +10,28 @@
  *     _seq  uint64     next sequence number      _ids  dict        string -> string id
  *     _tok  list       the token: [True] free, [] held by a thread in Python code
  *
- * on_event(event) packs the fixed 100 B event record (tracer/format.py EVENT with tag 0 and no
- * chain: the bytes EVENT_NO_CHAIN.pack_into writes) at _buf[_off:], stamps seq and
- * CLOCK_MONOTONIC ns, and advances _off and _seq. Anything else goes to the Python writer
- * (self._on_event_slow(event), i.e. TraceWriter.on_event, the reference), with nothing
- * committed here: an event that is not exactly hybridmem.events.Event, END, a chain, a field
- * that is not an int or is out of its range, a request id not yet in _ids (a string record must
- * be written first), a full or closed buffer (close() installs an empty one), or a token held
- * by another thread. Calling the slow path from here, instead of returning a sentinel to a
- * Python wrapper, saves the wrapper's frame, a quarter of the floor.
+ * on_event(event) writes at _buf[_off:] what TraceWriter.on_event would write: the dictionary
+ * records of request strings not yet in _ids (ids len(_ids), len(_ids) + 1), then the 100 B
+ * event record (tracer/format.py EVENT) stamped with _seq and CLOCK_MONOTONIC ns, then its
+ * chain hashes (u64 each); then it advances _off and _seq. Anything else goes to the Python
+ * writer (self._on_event_slow(event), i.e. TraceWriter.on_event, the reference) with nothing
+ * committed here: an event that is not exactly hybridmem.events.Event, a field that is not an
+ * int or is out of its range (an enum value outside its enum, END included), a chain that is
+ * not a tuple, a request string that is not an exact str or not UTF-8, a full or closed buffer
+ * (close() installs an empty one; a record larger than a packet needs a one-off buffer), or a
+ * token held by another thread. Calling the slow path from here, instead of returning a
+ * sentinel to a Python wrapper, saves the wrapper's frame (a quarter of the floor).
  *
- * Thread safety: the GIL is the synchronization. Everything that may run Python code (reading
- * and converting fields, dict lookups, a test clock) happens first; then, with the GIL held and
- * no Python code, no allocation and no call that could release the GIL until the function
- * returns, it checks that no thread holds the token and that the buffer has room, writes the
- * record and advances _off and _seq. Another thread can only run between bytecodes or while a
- * thread waits, so it sees either none or all of a record, exactly as if this call had taken
- * and given back the token. A free-threaded build (no GIL) is refused at compile time, so the
- * writer falls back to the pure-Python path there.
+ * Thread safety: the GIL is the synchronization. What may run Python code (reading fields,
+ * dict lookups, UTF-8 encoding, a test clock) comes first. From the final check that no thread
+ * holds the token and that the buffer has room, to the commit of _off and _seq, the function
+ * runs no Python code and makes no call that releases the GIL (it writes bytes and inserts
+ * exact-str keys with int values into _ids; the ids' int objects are made before). Another
+ * thread runs only between bytecodes or while one waits, so it sees none or all of a record,
+ * exactly as if this call had taken and given back the token. (The one way a dict insert could
+ * run Python code is a str-subclass key with its own __eq__ and a colliding hash in _ids; the
+ * writer only ever inserts exact str from here and str from TraceWriter._record_slow.) A
+ * free-threaded build (no GIL) is refused at compile time, leaving the pure-Python writer.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -52,10 +56,11 @@ static const char *FIELD_NAMES[N_FIELDS] = {
     "line", "cause", "requester", "need", "free", "outcome", "chain", "recurrent_chain",
 };
 
-/* Bound once by bind(): the Event class, where each of its slots lives, EventKind.END, (). */
+/* Bound once by bind(): the Event class, where each of its slots lives, the largest value of
+ * each enum field (kind 1.., the others 0..; END is no event kind here: close() writes it). */
 static PyTypeObject *g_event_type = NULL;
 static Py_ssize_t g_offsets[N_FIELDS];
-static PyObject *g_end = NULL;
+static long g_kind_max = 0, g_state_kind_max = 0, g_cause_max = 0, g_outcome_max = 0;
 static PyObject *g_empty = NULL;
 static PyObject *g_clock = NULL; /* a test clock (callable returning int ns), or NULL */
 static PyObject *g_slow_name = NULL;
@@ -110,13 +115,19 @@ static inline int as_u64(PyObject *o, uint64_t *out) {
     return 0;
 }
 
-/* The string id of an exact str already in ids, else -1 (the Python path adds it). */
+/* The string id of s in ids: >= 0 when present, NEW when s is an exact str not yet there (its
+ * string record goes before the event), BAD for anything the Python path must decide. */
+#define NEW (-1)
+#define BAD (-2)
 static inline int64_t string_id(PyObject *ids, PyObject *s) {
-    if (!PyUnicode_CheckExact(s)) return -1;
+    if (!PyUnicode_CheckExact(s)) return BAD;
     PyObject *v = PyDict_GetItemWithError(ids, s); /* borrowed */
-    if (v == NULL) { PyErr_Clear(); return -1; }
+    if (v == NULL) {
+        if (PyErr_Occurred()) { PyErr_Clear(); return BAD; }
+        return NEW;
+    }
     int64_t sid;
-    if (as_i64(v, 0, UINT32_MAX, &sid) < 0) return -1;
+    if (as_i64(v, 0, UINT32_MAX, &sid) < 0) return BAD;
     return sid;
 }
 
@@ -135,35 +146,65 @@ static inline int monotonic_ns(int64_t *out) {
     return 0;
 }
 
-/* Room for one record in the active buffer, and no thread holds the token. */
-static inline unsigned char *record_slot(WriterCore *self) {
+/* Room for size bytes in the active buffer, and no thread holds the token; else NULL. */
+static inline unsigned char *record_slot(WriterCore *self, Py_ssize_t size) {
     PyObject *tok = self->tok, *buf = self->buf;
     if (tok == NULL || !PyList_CheckExact(tok) || PyList_GET_SIZE(tok) != 1) return NULL;
     if (buf == NULL || !PyByteArray_CheckExact(buf)) return NULL;
     Py_ssize_t off = self->off;
-    if (off < 0 || off > PyByteArray_GET_SIZE(buf) - RECORD_SIZE) return NULL;
+    if (off < 0 || off > PyByteArray_GET_SIZE(buf) - size) return NULL;
     return (unsigned char *)PyByteArray_AS_STRING(buf) + off;
+}
+
+/* A dictionary record (tracer/format.py STRING, then the UTF-8 bytes); returns the end. */
+static inline unsigned char *put_string(unsigned char *p, uint32_t sid, const char *utf8,
+                                        Py_ssize_t len) {
+    p[0] = 2; /* TAG_STRING */
+    p[1] = p[2] = p[3] = 0;
+    put_u32(p + 4, sid);
+    put_u32(p + 8, (uint32_t)len);
+    memcpy(p + 12, utf8, (size_t)len);
+    return p + 12 + len;
+}
+
+/* u64 hashes of a tuple at p; -1 (bytes past the committed offset scribbled, harmless) when
+ * one is not an int in range. */
+static inline int put_hashes(unsigned char *p, PyObject *tuple) {
+    Py_ssize_t n = PyTuple_GET_SIZE(tuple);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        uint64_t h;
+        if (as_u64(PyTuple_GET_ITEM(tuple, i), &h) < 0) return -1;
+        put_u64(p + 8 * i, h);
+    }
+    return 0;
 }
 
 static PyObject *slow(WriterCore *self, PyObject *event) {
     return PyObject_CallMethodOneArg((PyObject *)self, g_slow_name, event);
 }
 
+#define STRING_HEAD 12
+
 static PyObject *core_on_event(WriterCore *self, PyObject *event) {
-    if (Py_TYPE(event) != g_event_type || self->ids == NULL || !PyDict_CheckExact(self->ids))
+    PyObject *ids = self->ids;
+    if (Py_TYPE(event) != g_event_type || ids == NULL || !PyDict_CheckExact(ids))
         return slow(self, event);
     PyObject *f[N_FIELDS];
     for (int i = 0; i < N_FIELDS; i++) {
         f[i] = *(PyObject **)((char *)event + g_offsets[i]);
         if (f[i] == NULL) return slow(self, event); /* unset slot: let Python raise */
     }
-    if (f[F_KIND] == g_end || f[F_CHAIN] != g_empty || f[F_RECURRENT_CHAIN] != g_empty)
+    PyObject *chain = f[F_CHAIN], *rchain = f[F_RECURRENT_CHAIN];
+    if (!PyTuple_CheckExact(chain) || !PyTuple_CheckExact(rchain))
         return slow(self, event);
 
     int64_t kind, state_kind, cause, outcome, step, pc, depth, page, line, need, free_;
     uint64_t hash;
-    if (as_i64(f[F_KIND], 0, 255, &kind) < 0 || as_i64(f[F_STATE_KIND], 0, 255, &state_kind) < 0
-        || as_i64(f[F_CAUSE], 0, 255, &cause) < 0 || as_i64(f[F_OUTCOME], 0, 255, &outcome) < 0
+    /* enum fields out of range (END included) go to Python, which refuses them */
+    if (as_i64(f[F_KIND], 1, g_kind_max, &kind) < 0
+        || as_i64(f[F_STATE_KIND], 0, g_state_kind_max, &state_kind) < 0
+        || as_i64(f[F_CAUSE], 0, g_cause_max, &cause) < 0
+        || as_i64(f[F_OUTCOME], 0, g_outcome_max, &outcome) < 0
         || as_i64(f[F_STEP], INT64_MIN, INT64_MAX, &step) < 0
         || as_i64(f[F_PREEMPTION_COUNT], INT32_MIN, INT32_MAX, &pc) < 0
         || as_u64(f[F_HASH], &hash) < 0
@@ -173,40 +214,107 @@ static PyObject *core_on_event(WriterCore *self, PyObject *event) {
         || as_i64(f[F_NEED], INT64_MIN, INT64_MAX, &need) < 0
         || as_i64(f[F_FREE], INT64_MIN, INT64_MAX, &free_) < 0)
         return slow(self, event);
-    /* A lookup may run Python code only if a str subclass with its own __eq__ became a key;
-     * keep the second key alive through the first lookup all the same. */
-    PyObject *requester = Py_NewRef(f[F_REQUESTER]);
-    int64_t rid = string_id(self->ids, f[F_REQUEST_ID]);
-    int64_t qid = rid < 0 ? -1 : string_id(self->ids, requester);
-    Py_DECREF(requester);
-    if (qid < 0 || record_slot(self) == NULL)
-        return slow(self, event);
+
+    /* Strings, as TraceWriter._record_slow does them: an unknown request id, then an unknown
+     * requester (unless it is the same string), each get a dictionary record before the event;
+     * ids are len(ids), len(ids) + 1. Held references: a lookup or the UTF-8 encoding could
+     * only run Python code through a str-subclass key with its own __eq__ in ids, but the
+     * request strings must survive even that. */
+    PyObject *request_id = Py_NewRef(f[F_REQUEST_ID]), *requester = Py_NewRef(f[F_REQUESTER]);
+    PyObject *result = NULL;
+    int64_t rid = string_id(ids, request_id), qid = string_id(ids, requester);
+    int same = 0;
+    const char *rb = NULL, *qb = NULL;
+    Py_ssize_t rlen = 0, qlen = 0, strings_size = 0;
+    Py_ssize_t n_chain = PyTuple_GET_SIZE(chain), n_rchain = PyTuple_GET_SIZE(rchain);
+    if (rid == BAD || qid == BAD) goto slow_path;
+    if (rid == NEW) {
+        rb = PyUnicode_AsUTF8AndSize(request_id, &rlen); /* cached in the str; may fail */
+        if (rb == NULL) { PyErr_Clear(); goto slow_path; }
+        strings_size += STRING_HEAD + rlen;
+    }
+    if (qid == NEW) {
+        same = rid == NEW && PyUnicode_Compare(requester, request_id) == 0;
+        if (!same) {
+            qb = PyUnicode_AsUTF8AndSize(requester, &qlen);
+            if (qb == NULL) { PyErr_Clear(); goto slow_path; }
+            strings_size += STRING_HEAD + qlen;
+        }
+    }
+    if (n_chain > (PY_SSIZE_T_MAX / 16) || n_rchain > (PY_SSIZE_T_MAX / 16)) goto slow_path;
+    Py_ssize_t size = strings_size + RECORD_SIZE + 8 * (n_chain + n_rchain);
+    if (record_slot(self, size) == NULL) goto slow_path; /* full/closed buffer, token held */
+    Py_ssize_t n_ids = PyDict_GET_SIZE(ids);
 
     int64_t ts;
-    if (monotonic_ns(&ts) < 0) return NULL;
-    /* ---- from here to the return: no Python code, no allocation, the GIL is not released ---- */
-    unsigned char *p = record_slot(self); /* again: a test clock may have run Python code */
-    if (p == NULL) return slow(self, event);
-    p[0] = 0; /* TAG_EVENT */
-    p[1] = (unsigned char)kind; p[2] = (unsigned char)state_kind;
-    p[3] = (unsigned char)cause; p[4] = (unsigned char)outcome;
-    p[5] = p[6] = p[7] = 0;
-    put_u64(p + 8, self->seq);
-    put_u64(p + 16, (uint64_t)ts);
-    put_u64(p + 24, (uint64_t)step);
-    put_u32(p + 32, (uint32_t)rid);
-    put_u32(p + 36, (uint32_t)qid);
-    put_u32(p + 40, (uint32_t)(int32_t)pc);
-    put_u64(p + 44, hash);
-    put_u64(p + 52, (uint64_t)depth);
-    put_u64(p + 60, (uint64_t)page);
-    put_u64(p + 68, (uint64_t)line);
-    put_u64(p + 76, (uint64_t)need);
-    put_u64(p + 84, (uint64_t)free_);
-    memset(p + 92, 0, 8); /* n_chain, n_recurrent_chain */
-    self->off += RECORD_SIZE;
+    if (monotonic_ns(&ts) < 0) goto done;
+    PyObject *rid_obj = NULL, *qid_obj = NULL;
+    if (rid == NEW) {
+        rid = n_ids;
+        if ((rid_obj = PyLong_FromLongLong(rid)) == NULL) goto done;
+    }
+    if (qid == NEW) {
+        qid = same ? rid : n_ids + (rid_obj != NULL);
+        if (!same && (qid_obj = PyLong_FromLongLong(qid)) == NULL) {
+            Py_XDECREF(rid_obj);
+            goto done;
+        }
+    }
+    /* ---- from here to the commit: no Python code (ints, bytes, a dict insert of exact str
+     * keys), so no other thread runs and the GIL is not released ---- */
+    unsigned char *p = record_slot(self, size); /* again: a test clock may have run Python */
+    if (p == NULL || PyDict_GET_SIZE(ids) != n_ids || rid > UINT32_MAX || qid > UINT32_MAX)
+        goto undo;
+    unsigned char *ev = p + strings_size;
+    if (put_hashes(ev + RECORD_SIZE, chain) < 0
+        || put_hashes(ev + RECORD_SIZE + 8 * n_chain, rchain) < 0)
+        goto undo;
+    ev[0] = 0; /* TAG_EVENT */
+    ev[1] = (unsigned char)kind; ev[2] = (unsigned char)state_kind;
+    ev[3] = (unsigned char)cause; ev[4] = (unsigned char)outcome;
+    ev[5] = ev[6] = ev[7] = 0;
+    put_u64(ev + 8, self->seq);
+    put_u64(ev + 16, (uint64_t)ts);
+    put_u64(ev + 24, (uint64_t)step);
+    put_u32(ev + 32, (uint32_t)rid);
+    put_u32(ev + 36, (uint32_t)qid);
+    put_u32(ev + 40, (uint32_t)(int32_t)pc);
+    put_u64(ev + 44, hash);
+    put_u64(ev + 52, (uint64_t)depth);
+    put_u64(ev + 60, (uint64_t)page);
+    put_u64(ev + 68, (uint64_t)line);
+    put_u64(ev + 76, (uint64_t)need);
+    put_u64(ev + 84, (uint64_t)free_);
+    put_u32(ev + 92, (uint32_t)n_chain);
+    put_u32(ev + 96, (uint32_t)n_rchain);
+    if (rid_obj != NULL) {
+        p = put_string(p, (uint32_t)rid, rb, rlen);
+        if (PyDict_SetItem(ids, request_id, rid_obj) < 0) goto undo;
+    }
+    if (qid_obj != NULL) {
+        put_string(p, (uint32_t)qid, qb, qlen);
+        if (PyDict_SetItem(ids, requester, qid_obj) < 0) {
+            if (rid_obj != NULL && PyDict_DelItem(ids, request_id) < 0) PyErr_Clear();
+            goto undo;
+        }
+    }
+    self->off += size; /* commit */
     self->seq += 1;
-    Py_RETURN_NONE;
+    Py_XDECREF(rid_obj);
+    Py_XDECREF(qid_obj);
+    result = Py_NewRef(Py_None);
+    goto done;
+
+undo:
+    Py_XDECREF(rid_obj);
+    Py_XDECREF(qid_obj);
+    if (PyErr_Occurred()) goto done; /* MemoryError in a dict insert: nothing committed */
+slow_path:
+    result = slow(self, event);
+done:
+    Py_DECREF(request_id);
+    Py_DECREF(requester);
+    return result;
 }
 
 /* ------------------------------------------------------------------ the type */
@@ -261,8 +369,14 @@ static PyTypeObject WriterCoreType = {
 
 /* ------------------------------------------------------------------ module functions */
 static PyObject *mod_bind(PyObject *Py_UNUSED(mod), PyObject *args) {
-    PyObject *event_type, *end;
-    if (!PyArg_ParseTuple(args, "O!O:bind", &PyType_Type, &event_type, &end)) return NULL;
+    PyObject *event_type;
+    long kind_max, state_kind_max, cause_max, outcome_max;
+    if (!PyArg_ParseTuple(args, "O!llll:bind", &PyType_Type, &event_type, &kind_max,
+                          &state_kind_max, &cause_max, &outcome_max))
+        return NULL;
+    if (kind_max < 1 || kind_max > 255 || state_kind_max < 0 || state_kind_max > 255
+        || cause_max < 0 || cause_max > 255 || outcome_max < 0 || outcome_max > 255)
+        return PyErr_Format(PyExc_ValueError, "enum maxima must fit a u8");
     Py_ssize_t offsets[N_FIELDS];
     for (int i = 0; i < N_FIELDS; i++) {
         PyObject *d = PyObject_GetAttrString(event_type, FIELD_NAMES[i]);
@@ -279,8 +393,10 @@ static PyObject *mod_bind(PyObject *Py_UNUSED(mod), PyObject *args) {
     memcpy(g_offsets, offsets, sizeof offsets);
     Py_INCREF(event_type);
     Py_XSETREF(g_event_type, (PyTypeObject *)event_type);
-    Py_INCREF(end);
-    Py_XSETREF(g_end, end);
+    g_kind_max = kind_max;
+    g_state_kind_max = state_kind_max;
+    g_cause_max = cause_max;
+    g_outcome_max = outcome_max;
     Py_RETURN_NONE;
 }
 
@@ -293,7 +409,8 @@ static PyObject *mod_set_clock(PyObject *Py_UNUSED(mod), PyObject *clock) {
 
 static PyMethodDef mod_methods[] = {
     {"bind", mod_bind, METH_VARARGS,
-     "bind(Event, EventKind.END): where on_event reads each field of an event."},
+     "bind(Event, kind_max, state_kind_max, cause_max, outcome_max): where on_event reads each "
+     "field of an event, and the enum values it may pack."},
     {"set_clock", mod_set_clock, METH_O,
      "set_clock(fn | None): a test clock for on_event's timestamps (None: CLOCK_MONOTONIC)."},
     {NULL},

@@ -22,23 +22,28 @@ file's header comment.
 
 from __future__ import annotations
 
+import importlib
 import os
 from typing import Any
 
-from hybridmem.events import Event, EventKind
-from tracer.writer import TraceWriter
+from hybridmem.events import Event
+from tracer.writer import _CAUSES, _KINDS, _OUTCOMES, _STATE_KINDS, TraceWriter
+
+# The compiled path checks enum fields as ranges (kinds 1.., the others 0..): they must be.
+assert sorted(_KINDS) == list(range(1, len(_KINDS) + 1)), "EventKind values are not 1..n"
+assert all(sorted(t) == list(range(len(t))) for t in (_STATE_KINDS, _CAUSES, _OUTCOMES))
 
 PURE_ENV = "HYBRIDMEM_TRACER_PURE"
 
 _ctrace: Any
 try:
-    from tracer import _ctrace
+    _ctrace = importlib.import_module("tracer._ctrace")
 except ImportError as exc:  # not built (no compiler at install time) or built for another ABI
     _ctrace = None
     UNAVAILABLE: str | None = f"tracer._ctrace not importable ({exc})"
 else:
     UNAVAILABLE = None
-    _ctrace.bind(Event, EventKind.END)
+    _ctrace.bind(Event, *(max(table) for table in (_KINDS, _STATE_KINDS, _CAUSES, _OUTCOMES)))
 
 
 def pure_forced() -> bool:

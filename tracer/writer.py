@@ -51,7 +51,7 @@ import weakref
 from collections.abc import Iterable
 from typing import IO, Any, NamedTuple
 
-from hybridmem.events import Event, EventKind
+from hybridmem.events import Cause, Event, EventKind, Outcome, StateKind
 from tracer import format as fmt
 from tracer.errors import TraceError
 
@@ -63,8 +63,15 @@ RUN_META_KEYS = ("organization", "geometry", "budget", "seed", "engine",
 CLOCK_SOURCE = "CLOCK_MONOTONIC via time.monotonic_ns(), ns"
 
 _mono = time.monotonic_ns
-_END = EventKind.END
 _NO: tuple[int, ...] = ()  # the empty tuple (a singleton): "no chain" on the fast path
+# The enum values an event record may hold (the reader refuses a packet holding any other, so
+# one bad field would cost every record packed beside it). The fast path looks each one up
+# (``_KINDS[kind]``; a KeyError sends the record to the slow path, which refuses it); END is
+# not an event kind here: close() writes it.
+_KINDS = {int(k): int(k) for k in EventKind if k is not EventKind.END}
+_STATE_KINDS = {int(k): int(k) for k in StateKind}
+_CAUSES = {int(k): int(k) for k in Cause}
+_OUTCOMES = {int(k): int(k) for k in Outcome}
 
 
 class WriterStats(NamedTuple):
@@ -253,19 +260,19 @@ class TraceWriter:
         except IndexError:  # another thread holds the token
             self._take()
         try:
-            if kind is not _END and e.chain is _NO and e.recurrent_chain is _NO:
+            if e.chain is _NO and e.recurrent_chain is _NO:
                 ids = self._ids
                 seq = self._seq
                 try:
-                    self._pack_fast(self._buf, self._off, kind, e.state_kind, e.cause,
-                                    e.outcome, seq, _mono(), e.step, ids[e.request_id],
-                                    ids[e.requester], e.preemption_count, e.hash, e.depth,
-                                    e.page, e.line, e.need, e.free)
+                    self._pack_fast(self._buf, self._off, _KINDS[kind], _STATE_KINDS[e.state_kind],
+                                    _CAUSES[e.cause], _OUTCOMES[e.outcome], seq, _mono(), e.step,
+                                    ids[e.request_id], ids[e.requester], e.preemption_count,
+                                    e.hash, e.depth, e.page, e.line, e.need, e.free)
                     self._off += 100
                     self._seq = seq + 1
                     return
-                except (struct.error, KeyError):
-                    pass  # full or closed buffer, a new string, or a bad field: slow path
+                except (struct.error, KeyError, TypeError):
+                    pass  # full or closed buffer, a new string, END or a bad field: slow path
             self._record_slow(kind, e.step, e.request_id, e.preemption_count, e.hash, e.depth,
                               e.state_kind, e.page, e.line, e.cause, e.requester, e.need,
                               e.free, e.outcome, e.chain, e.recurrent_chain)
@@ -284,17 +291,18 @@ class TraceWriter:
         except IndexError:
             self._take()
         try:
-            if kind is not _END and chain is _NO and recurrent_chain is _NO:
+            if chain is _NO and recurrent_chain is _NO:
                 ids = self._ids
                 seq = self._seq
                 try:
-                    self._pack_fast(self._buf, self._off, kind, state_kind, cause, outcome, seq,
-                                    _mono(), step, ids[request_id], ids[requester],
-                                    preemption_count, hash, depth, page, line, need, free)
+                    self._pack_fast(self._buf, self._off, _KINDS[kind], _STATE_KINDS[state_kind],
+                                    _CAUSES[cause], _OUTCOMES[outcome], seq, _mono(), step,
+                                    ids[request_id], ids[requester], preemption_count, hash,
+                                    depth, page, line, need, free)
                     self._off += 100
                     self._seq = seq + 1
                     return
-                except (struct.error, KeyError):
+                except (struct.error, KeyError, TypeError):
                     pass
             self._record_slow(kind, step, request_id, preemption_count, hash, depth,
                               state_kind, page, line, cause, requester, need, free,
@@ -329,6 +337,13 @@ class TraceWriter:
             return
         if kind == EventKind.END:
             raise ValueError("END is written by the tracer itself on close(), not emitted")
+        try:  # as the fast path: anything equal to a member's value packs as that value
+            kind, state_kind, cause, outcome = (_KINDS[kind], _STATE_KINDS[state_kind],
+                                                _CAUSES[cause], _OUTCOMES[outcome])
+        except (KeyError, TypeError):
+            raise ValueError(f"event enum field out of range: kind={kind!r} "
+                             f"state_kind={state_kind!r} cause={cause!r} "
+                             f"outcome={outcome!r}") from None
         if type(chain) is not tuple:
             chain = tuple(chain)
         if type(recurrent_chain) is not tuple:
