@@ -64,6 +64,11 @@ else:
     ACCELERATED = None
 
 
+class PureTraceWriter(TraceWriter):
+    """The pure-Python writer whatever the environment (``TraceWriter(...)`` itself chooses):
+    the reference the compiled one is compared with, in tests and in ``trace bench``."""
+
+
 def writer_class() -> type[TraceWriter]:
     """The class ``TraceWriter(...)`` instantiates now."""
     if ACCELERATED is None or pure_forced():

@@ -60,7 +60,7 @@ def tricky_events() -> list[Event | tuple[str, Event]]:
     return out
 
 
-def write(cls: type, path, events, after_close: int = 2) -> tuple[tuple, list[str]]:
+def write(cls: type, path, events, after_close: int = 2) -> tuple[tuple, list[str], str]:
     """Write ``events`` through ``cls`` with a clock derived from the sequence number (so two
     writers stamp the same ts whatever number of times each reads the clock)."""
     holder: list[TraceWriter] = []
@@ -86,7 +86,7 @@ def write(cls: type, path, events, after_close: int = 2) -> tuple[tuple, list[st
         w.close()
         for _ in range(after_close):
             w.on_event(Event(EventKind.FINISH, 1, "late"))
-        return tuple(w.stats()), refused
+        return tuple(w.stats()), refused, w.implementation
     finally:
         writer_mod._mono = saved
         accel.set_test_clock(None)
@@ -101,11 +101,14 @@ def body(path) -> tuple[dict, bytes]:
 
 @needs_c
 def test_both_paths_write_byte_identical_traces(tmp_path):
-    c_stats, c_refused = write(accel.ACCELERATED, tmp_path / "c.hmtrace", tricky_events())
-    py_stats, py_refused = write(PyTraceWriter, tmp_path / "py.hmtrace", tricky_events())
+    c_stats, c_refused, c_impl = write(accel.ACCELERATED, tmp_path / "c.hmtrace",
+                                       tricky_events())
+    py_stats, py_refused, py_impl = write(accel.PureTraceWriter, tmp_path / "py.hmtrace",
+                                         tricky_events())
     assert c_stats == py_stats and c_refused == py_refused
     assert len(c_refused) == sum(isinstance(e, tuple) for e in tricky_events())
     assert "UnicodeEncodeError" in c_refused
+    assert c_impl == "c" and py_impl == "python"
     c_meta, c_body = body(tmp_path / "c.hmtrace")
     py_meta, py_body = body(tmp_path / "py.hmtrace")
     assert c_meta == py_meta
