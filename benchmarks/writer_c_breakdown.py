@@ -7,7 +7,9 @@ Interleaved rounds over the same synthetic events, thread CPU clock per event, b
     floor   one EVENT_NO_CHAIN.pack_into per event (tracer.bench.floor_loop)
     c       the compiled on_event (tracer/accel.py) over the distinct events
     c_same  the compiled on_event over one repeated event (its fields stay in cache)
-    null    NULL_WRITER.on_event (the loop and a Python method call, no work)
+    null    NULL_WRITER.on_event(e) at the call site (its C no-op, tracer._ctrace.NullCore)
+    null_py the same with the Python no-op method (tracer.writer._PyNullBase), the fallback
+    null_bound / null_py_bound  the same through a bound method fetched once (on = w.on_event)
     pure    the pure-Python writer's on_event (accel.PureTraceWriter)
 
 and how many events the compiled path handed to the Python slow path (full buffers).
@@ -28,7 +30,12 @@ from hybridmem.events import Event
 from tracer import accel
 from tracer.bench import floor_loop
 from tracer.synthetic import synthetic_events
-from tracer.writer import NULL_WRITER, TraceWriter
+from tracer.writer import NULL_WRITER, TraceWriter, _PyNullBase
+
+
+class _PyNull(_PyNullBase):
+    __slots__ = ()
+    enabled = False
 
 
 def _run(cls: type[TraceWriter], events: Sequence[Event], path: str) -> float:
@@ -42,11 +49,15 @@ def _run(cls: type[TraceWriter], events: Sequence[Event], path: str) -> float:
     return c / len(events)
 
 
-def _null(events: Sequence[Event]) -> float:
-    on = NULL_WRITER.on_event
+def _null(w: Any, events: Sequence[Event], bound: bool) -> float:
     c0 = time.thread_time_ns()
-    for e in events:
-        on(e)
+    if bound:
+        on = w.on_event
+        for e in events:
+            on(e)
+    else:
+        for e in events:
+            w.on_event(e)
     return (time.thread_time_ns() - c0) / len(events)
 
 
@@ -66,13 +77,18 @@ def main() -> int:
     same = [one] * len(evs)
     tmp = tempfile.mkdtemp(prefix="writer-c-breakdown-")
     path = os.path.join(tmp, "t.hmtrace")
-    rows: dict[str, list[float]] = {k: [] for k in ("floor", "c", "c_same", "null", "pure")}
+    rows: dict[str, list[float]] = {k: [] for k in (
+        "floor", "c", "c_same", "null", "null_py", "null_bound", "null_py_bound", "pure")}
+    py_null = _PyNull()
     try:
         for r in range(a.rounds):
             rows["floor"].append(floor_loop(evs)[1] / len(evs))
             rows["c"].append(_run(accel.ACCELERATED, evs, path))
             rows["c_same"].append(_run(accel.ACCELERATED, same, path))
-            rows["null"].append(_null(evs))
+            rows["null"].append(_null(NULL_WRITER, evs, bound=False))
+            rows["null_py"].append(_null(py_null, evs, bound=False))
+            rows["null_bound"].append(_null(NULL_WRITER, evs, bound=True))
+            rows["null_py_bound"].append(_null(py_null, evs, bound=True))
             rows["pure"].append(_run(accel.PureTraceWriter, evs, path))
             print(f"round {r + 1} of {a.rounds}", file=sys.stderr)
         slow = [0]
@@ -87,7 +103,7 @@ def main() -> int:
         shutil.rmtree(tmp)
     best = {k: min(v) for k, v in rows.items()}
     for k, v in best.items():
-        print(f"{k:7s} {v:7.1f} ns/event CPU  ({v / best['floor']:.2f}x the floor)")
+        print(f"{k:13s} {v:7.1f} ns/event CPU  ({v / best['floor']:.2f}x the floor)")
     print(f"slow-path calls: {slow[0]} of {len(evs):,} events; events with a chain: "
           f"{sum(1 for e in evs if e.chain):,}; distinct request ids: "
           f"{len({e.request_id for e in evs}):,}")

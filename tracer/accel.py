@@ -27,13 +27,11 @@ import os
 from typing import Any
 
 from hybridmem.events import Event
-from tracer.writer import _CAUSES, _KINDS, _OUTCOMES, _STATE_KINDS, TraceWriter
+from tracer.writer import _CAUSES, _KINDS, _OUTCOMES, _STATE_KINDS, PURE_ENV, TraceWriter
 
 # The compiled path checks enum fields as ranges (kinds 1.., the others 0..): they must be.
 assert sorted(_KINDS) == list(range(1, len(_KINDS) + 1)), "EventKind values are not 1..n"
 assert all(sorted(t) == list(range(len(t))) for t in (_STATE_KINDS, _CAUSES, _OUTCOMES))
-
-PURE_ENV = "HYBRIDMEM_TRACER_PURE"
 
 _ctrace: Any
 try:

@@ -262,3 +262,19 @@ def test_an_enum_value_outside_its_enum_is_refused_and_its_packet_survives(tmp_p
     w.close()
     assert [e.step for _, _, e in read_events(path)][:2] == [1, 3]
     assert verify(path).accepted
+
+
+@pytest.mark.parametrize("pure", ["1", ""])
+def test_the_disabled_writer_does_nothing_on_either_base(pure):
+    """NULL_WRITER.on_event is a C no-op (tracer._ctrace.NullCore) when the extension is built
+    and HYBRIDMEM_TRACER_PURE was not set at import, else a Python method; both do nothing."""
+    code = ("from hybridmem.events import Event, EventKind\n"
+            "from tracer.writer import NULL_WRITER, NullTraceWriter\n"
+            "print(NullTraceWriter.__mro__[1].__name__,"
+            " NULL_WRITER.on_event(Event(EventKind.PUBLICATION)),"
+            " NULL_WRITER.record(EventKind.PUBLICATION, step=1), NULL_WRITER.enabled)\n")
+    env = dict(__import__("os").environ, **{accel.PURE_ENV: pure})
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=env, check=True, timeout=60)
+    base = "NullCore" if accel.ACCELERATED is not None and not pure else "_PyNullBase"
+    assert out.stdout.split() == [base, "None", "None", "False"]
