@@ -45,6 +45,7 @@
 #endif
 
 #define RECORD_SIZE 100
+#define CTRACE_API_VERSION 1 /* tracer/cext.py API_VERSION: bump both on any interface change */
 
 enum {
     F_KIND, F_STEP, F_REQUEST_ID, F_PREEMPTION_COUNT, F_HASH, F_DEPTH, F_STATE_KIND, F_PAGE,
@@ -463,6 +464,10 @@ PyMODINIT_FUNC PyInit__ctrace(void) {
         Py_DECREF(m);
         return NULL;
     }
-    PyModule_AddIntConstant(m, "RECORD_SIZE", RECORD_SIZE);
+    if (PyModule_AddIntConstant(m, "RECORD_SIZE", RECORD_SIZE) < 0
+        || PyModule_AddIntConstant(m, "API_VERSION", CTRACE_API_VERSION) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
     return m;
 }

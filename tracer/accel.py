@@ -22,31 +22,23 @@ file's header comment.
 
 from __future__ import annotations
 
-import importlib
-import os
 from typing import Any
 
 from hybridmem.events import Event
-from tracer.writer import _CAUSES, _KINDS, _OUTCOMES, _STATE_KINDS, PURE_ENV, TraceWriter
+from tracer import cext
+from tracer.cext import PURE_ENV as PURE_ENV  # re-exported: tests, trace bench
+from tracer.writer import _CAUSES, _KINDS, _OUTCOMES, _STATE_KINDS, TraceWriter
 
 # The compiled path checks enum fields as ranges (kinds 1.., the others 0..): they must be.
 assert sorted(_KINDS) == list(range(1, len(_KINDS) + 1)), "EventKind values are not 1..n"
 assert all(sorted(t) == list(range(len(t))) for t in (_STATE_KINDS, _CAUSES, _OUTCOMES))
 
 _ctrace: Any
-try:
-    _ctrace = importlib.import_module("tracer._ctrace")
-except ImportError as exc:  # not built (no compiler at install time) or built for another ABI
-    _ctrace = None
-    UNAVAILABLE: str | None = f"tracer._ctrace not importable ({exc})"
-else:
-    UNAVAILABLE = None
+UNAVAILABLE: str | None
+_ctrace, UNAVAILABLE = cext.load()
+if _ctrace is not None:
     _ctrace.bind(Event, *(max(table) for table in (_KINDS, _STATE_KINDS, _CAUSES, _OUTCOMES)))
-
-
-def pure_forced() -> bool:
-    """``HYBRIDMEM_TRACER_PURE`` asks for the pure-Python writer (any value but "" and "0")."""
-    return os.environ.get(PURE_ENV, "") not in ("", "0")
+pure_forced = cext.pure_forced
 
 
 if _ctrace is not None:

@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import atexit
 import collections
-import importlib
 import json
 import os
 import signal
@@ -53,6 +52,7 @@ from collections.abc import Iterable
 from typing import IO, Any, NamedTuple
 
 from hybridmem.events import Cause, Event, EventKind, Outcome, StateKind
+from tracer import cext
 from tracer import format as fmt
 from tracer.errors import TraceError
 
@@ -119,9 +119,6 @@ def header_bytes(meta: dict[str, Any]) -> bytes:
     return head + fmt.HEADER_CRC.pack(fmt.crc32(head))
 
 
-PURE_ENV = "HYBRIDMEM_TRACER_PURE"  # any value but "" and "0": no compiled code (accel.py)
-
-
 class _PyNullBase:
     __slots__ = ()
 
@@ -136,12 +133,10 @@ def _null_base() -> Any:
     """``on_event`` of the disabled path: the C method descriptor of ``tracer._ctrace.NullCore``
     when the extension is built and not refused at import (``HYBRIDMEM_TRACER_PURE``), a few
     ns per call less than the Python method of :class:`_PyNullBase`, the fallback."""
-    if os.environ.get(PURE_ENV, "") not in ("", "0"):
+    if cext.pure_forced():
         return _PyNullBase
-    try:
-        return importlib.import_module("tracer._ctrace").NullCore
-    except ImportError:
-        return _PyNullBase
+    mod, _why = cext.load()
+    return _PyNullBase if mod is None else mod.NullCore
 
 
 _NullBase: Any = _null_base()

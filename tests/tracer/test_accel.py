@@ -221,19 +221,25 @@ def test_selection_follows_the_environment(monkeypatch, tmp_path):
     w.close()
 
 
-def test_without_the_extension_the_pure_writer_runs(tmp_path):
+@pytest.mark.parametrize("fake", ["None", "types.SimpleNamespace(API_VERSION=0)"])
+def test_without_a_usable_extension_the_pure_writer_runs(tmp_path, fake):
+    """Not built (the import fails) or a stale build of another API version: pure Python."""
+    path = str(tmp_path / "t")
     code = (
-        "import sys; sys.modules['tracer._ctrace'] = None\n"
-        "from tracer import TraceWriter, verify\n"
+        f"import sys, types; sys.modules['tracer._ctrace'] = {fake}\n"
+        "from tracer import TraceWriter, accel, verify\n"
         "from tracer.synthetic import synthetic_events\n"
-        f"w = TraceWriter({str(tmp_path / 't')!r}, {{}}, handle_signals=False)\n"
+        f"w = TraceWriter({path!r}, {{}}, handle_signals=False)\n"
         "[w.on_event(e) for e in synthetic_events(100)]\n"
-        f"w.close(); print(w.implementation, verify({str(tmp_path / 't')!r}).accepted)\n"
+        f"w.close(); print(w.implementation, verify({path!r}).accepted)\n"
+        "print(accel.UNAVAILABLE)\n"
     )
     env_free = {k: v for k, v in __import__("os").environ.items() if k != accel.PURE_ENV}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          env=env_free, check=True, timeout=60)
-    assert out.stdout.split() == ["python", "True"]
+    first, why = out.stdout.splitlines()
+    assert first.split() == ["python", "True"]
+    assert ("not importable" if fake == "None" else "stale build") in why
 
 
 @needs_c
