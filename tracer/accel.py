@@ -12,8 +12,9 @@ leaves the pure-Python writer) and ``HYBRIDMEM_TRACER_PURE`` is unset, empty or 
           |                            close, fork, record() (pure Python, unchanged)
           +-- _buf _off _seq _ids _tok: the emitting state, in C, under the attribute names
           |   the Python methods use (member descriptors)
-          +-- on_event(event): packs the 100 B record (no chain, known strings, room in the
-              buffer, token free) or calls _on_event_slow = TraceWriter.on_event
+          +-- on_event(event): packs new request strings, the 100 B record and its chains
+              (room in the buffer, token free, every field an int in range), or calls
+              _on_event_slow = TraceWriter.on_event, which decides everything else
 
 Both paths write the same bytes for the same events (``tests/tracer/test_accel.py``); every
 tracer test runs on both (``tests/tracer/conftest.py``). Synchronization: the GIL, see the C

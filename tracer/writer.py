@@ -19,9 +19,10 @@ a one-element list whose ``pop()`` takes it and ``append()`` gives it back. Both
 atomic operations (documented as thread safe), and on CPython they cost about a third of
 ``Lock.acquire()`` + ``release()``, whose argument parsing dominates a 100 B record's cost. A
 thread that finds the list empty waits in :meth:`TraceWriter._take` (short sleeps; contention is
-rare). The fast path has no other check than "no chain, not END": a string id missing from the
-dictionary (``KeyError``) or a full or closed buffer (``struct.error`` from ``pack_into``) sends
-the record to the slow path, which also validates every field before anything is committed.
+rare). The fast path has no other check than "no chain": an enum value outside its enum (END
+included) or a string id missing from the dictionary (``KeyError`` from a dict look-up) or a full
+or closed buffer (``struct.error`` from ``pack_into``) sends the record to the slow path, which
+also validates every field before anything is committed.
 Waits (a full pool, the flusher's hand-offs) use a separate condition variable.
 
 ``close()`` (also run by ``atexit``, and after SIGTERM through ``SystemExit``) seals the last
