@@ -11,6 +11,8 @@ import time
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from hybridmem.events import Event, EventKind, Outcome, StateKind
 from tests.tracer.helpers import META, U64, every_kind
@@ -74,7 +76,7 @@ def write(cls: type, path, events, after_close: int = 2) -> tuple[tuple, list[st
     refused = []
     try:
         w = cls(path, dict(META), packet_records=8, buffer_records=32, flush_interval_s=3600,
-                handle_signals=False)
+                fsync="none", handle_signals=False)
         holder.append(w)
         for item in events:
             if isinstance(item, tuple):
@@ -284,3 +286,90 @@ def test_the_disabled_writer_does_nothing_on_either_base(pure):
                          env=env, check=True, timeout=60)
     base = "NullCore" if accel.ACCELERATED is not None and not pure else "_PyNullBase"
     assert out.stdout.split() == [base, "None", "None", "False"]
+
+
+_EDGES = st.sampled_from([0, -1, 2**31 - 1, -(2**31), 2**31, 2**63 - 1, -(2**63), 2**63,
+                          2**64 - 1, 2**64, -(2**65)])
+_ANY_INT = st.one_of(st.integers(-1000, 1000), _EDGES)  # maybe past an edge of its struct code
+_I64 = st.one_of(st.integers(-1000, 1000), st.sampled_from([-(2**63), 2**63 - 1, -1]))
+_U64 = st.one_of(st.integers(0, 1000), st.sampled_from([2**63, 2**64 - 1]))
+_I32 = st.one_of(st.integers(0, 5), st.sampled_from([2**31 - 1, -(2**31)]))
+_STR = st.one_of(st.sampled_from(["", "r1", "r2", "α"]), st.text("abü中", max_size=6))
+_ANY_STR = st.one_of(_STR, st.just("bad-\udc80"))
+_CHAIN = st.one_of(st.just(()), st.lists(_U64, max_size=12).map(tuple),
+                   # longer than a packet of 8 records: the Python slow path's one-off buffer
+                   st.integers(90, 120).map(lambda n: tuple(range(2**64 - n, 2**64))))
+_ANY_CHAIN = st.one_of(_CHAIN, st.lists(_ANY_INT, max_size=12).map(tuple))
+
+
+def _enum(lo: int, hi: int, wild: bool) -> st.SearchStrategy[object]:
+    """A member's value (or a float or bool equal to one); wild: maybe outside the enum."""
+    valid = st.one_of(st.integers(lo, hi), st.sampled_from([float(lo), float(hi)]))
+    return st.one_of(valid, st.sampled_from([lo - 1, hi + 1, 255, 256])) if wild else valid
+
+
+# strategies built once (building them per draw dominated the test's time)
+_FIELDS = {wild: (_ANY_INT if wild else _I64, _ANY_INT if wild else _U64,
+                  _ANY_INT if wild else _I32, _ANY_STR if wild else _STR,
+                  _ANY_CHAIN if wild else _CHAIN,
+                  [_enum(lo, hi, wild) for lo, hi in ((1, 12), (0, 3), (0, 6), (0, 5))])
+           for wild in (False, True)}
+
+
+@st.composite
+def _events(draw: st.DrawFn) -> list[Event]:
+    """Up to 40 events; one in five may hold anything (then usually refused), the others only
+    values both paths must accept."""
+    out = []
+    for _ in range(draw(st.integers(1, 40))):
+        i64, u64, i32, text, chain, (kind, state, cause, outcome) = _FIELDS[
+            draw(st.integers(0, 4)) == 0]
+        rid = draw(text)
+        requester = rid if draw(st.booleans()) else draw(text)
+        out.append(Event(draw(kind), draw(i64), rid, draw(i32), draw(u64), draw(i64),
+                         draw(state), draw(i64), draw(i64), draw(cause), requester, draw(i64),
+                         draw(i64), draw(outcome), draw(chain), draw(chain)))
+    return out
+
+
+def _write_any(cls: type, path, events: list[Event]) -> tuple[tuple, list[str], bytes]:
+    """Like write(), for events that may or may not be refused: record each outcome."""
+    holder: list[TraceWriter] = []
+
+    def clock() -> int:
+        return 977 * holder[0]._seq + 3
+
+    saved = writer_mod._mono
+    writer_mod._mono = clock
+    accel.set_test_clock(clock)
+    outcomes = []
+    try:
+        w = cls(path, dict(META), packet_records=8, buffer_records=32, flush_interval_s=3600,
+                fsync="none", handle_signals=False)
+        holder.append(w)
+        for e in events:
+            try:
+                w.on_event(e)
+                outcomes.append("ok")
+            except (ValueError, UnicodeEncodeError) as exc:
+                outcomes.append(type(exc).__name__)
+        w.close()
+    finally:
+        writer_mod._mono = saved
+        accel.set_test_clock(None)
+    return tuple(w.stats()), outcomes, body(path)[1]
+
+
+@needs_c
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(events=_events())
+def test_random_events_give_the_same_bytes_and_refusals_on_both_paths(tmp_path_factory,
+                                                                       writer_path, events):
+    if writer_path == "python":
+        pytest.skip("compares both writers itself: once is enough")
+    d = tmp_path_factory.mktemp("fuzz")
+    c = _write_any(accel.ACCELERATED, d / "c", events)
+    py = _write_any(accel.PureTraceWriter, d / "py", events)
+    assert c == py
+    assert verify(d / "c").accepted  # refused events leave no trace; the rest is intact
