@@ -157,11 +157,14 @@ def test_fast_path_covers_new_strings_and_chains(tmp_path):
 @needs_c
 def test_threads_on_the_compiled_path_stay_contiguous(tmp_path):
     """The GIL is the C path's synchronization: threads switching every microsecond, mixing
-    compiled records, new strings, chains and Python slow paths (full buffers, numpy ints)."""
+    compiled records, new strings, chains and Python slow paths (full buffers, numpy ints),
+    with the flusher sealing every millisecond."""
     path = tmp_path / "t.hmtrace"
     n_threads, per_thread = 4, 3000
-    w = accel.ACCELERATED(path, META, packet_records=16, buffer_records=64,
-                          handle_signals=False)
+    # two buffers and a 1 ms periodic seal: emitters often wait for a buffer (the token given
+    # back meanwhile) while the flusher takes the token to seal a partly filled one
+    w = accel.ACCELERATED(path, META, packet_records=16, buffer_records=32,
+                          flush_interval_s=0.001, fsync="none", handle_signals=False)
     barrier = threading.Barrier(n_threads)
 
     def emit(t: int) -> None:
@@ -185,7 +188,8 @@ def test_threads_on_the_compiled_path_stay_contiguous(tmp_path):
             th.join()
     finally:
         sys.setswitchinterval(old)
-    w.close()
+    stats = w.close()
+    assert stats.packets > n_threads * per_thread // 16 + 1  # some sealed partly filled
     got = list(read_events(path))
     assert [s for s, _, _ in got] == list(range(n_threads * per_thread + 1))
     for t in range(n_threads):
