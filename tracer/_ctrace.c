@@ -45,7 +45,7 @@
 #endif
 
 #define RECORD_SIZE 100
-#define CTRACE_API_VERSION 1 /* tracer/cext.py API_VERSION: bump both on any interface change */
+#define CTRACE_API_VERSION 2 /* tracer/cext.py API_VERSION: bump both on any interface change */
 
 enum {
     F_KIND, F_STEP, F_REQUEST_ID, F_PREEMPTION_COUNT, F_HASH, F_DEPTH, F_STATE_KIND, F_PAGE,
@@ -65,6 +65,9 @@ static long g_kind_max = 0, g_state_kind_max = 0, g_cause_max = 0, g_outcome_max
 static PyObject *g_empty = NULL;
 static PyObject *g_clock = NULL; /* a test clock (callable returning int ns), or NULL */
 static PyObject *g_slow_name = NULL;
+static PyObject *g_record_slow_name = NULL;
+static PyObject *g_names[N_FIELDS];    /* interned field names: record()'s keywords */
+static PyObject *g_defaults[N_FIELDS]; /* record()'s defaults; kind has none (NULL) */
 
 typedef struct {
     PyObject_HEAD
@@ -186,18 +189,14 @@ static PyObject *slow(WriterCore *self, PyObject *event) {
 
 #define STRING_HEAD 12
 
-static PyObject *core_on_event(WriterCore *self, PyObject *event) {
+/* Pack one event given its fields in Event order (borrowed references, kept alive by the
+ * caller). 1: packed and committed; 0: the Python path must decide, nothing committed; -1: an
+ * exception is set (a test clock failed, or memory ran out), nothing committed. */
+static int pack_event(WriterCore *self, PyObject *const *f) {
     PyObject *ids = self->ids;
-    if (Py_TYPE(event) != g_event_type || ids == NULL || !PyDict_CheckExact(ids))
-        return slow(self, event);
-    PyObject *f[N_FIELDS];
-    for (int i = 0; i < N_FIELDS; i++) {
-        f[i] = *(PyObject **)((char *)event + g_offsets[i]);
-        if (f[i] == NULL) return slow(self, event); /* unset slot: let Python raise */
-    }
+    if (ids == NULL || !PyDict_CheckExact(ids)) return 0;
     PyObject *chain = f[F_CHAIN], *rchain = f[F_RECURRENT_CHAIN];
-    if (!PyTuple_CheckExact(chain) || !PyTuple_CheckExact(rchain))
-        return slow(self, event);
+    if (!PyTuple_CheckExact(chain) || !PyTuple_CheckExact(rchain)) return 0;
 
     int64_t kind, state_kind, cause, outcome, step, pc, depth, page, line, need, free_;
     uint64_t hash;
@@ -214,7 +213,7 @@ static PyObject *core_on_event(WriterCore *self, PyObject *event) {
         || as_i64(f[F_LINE], INT64_MIN, INT64_MAX, &line) < 0
         || as_i64(f[F_NEED], INT64_MIN, INT64_MAX, &need) < 0
         || as_i64(f[F_FREE], INT64_MIN, INT64_MAX, &free_) < 0)
-        return slow(self, event);
+        return 0;
 
     /* Strings, as TraceWriter._record_slow does them: an unknown request id, then an unknown
      * requester (unless it is the same string), each get a dictionary record before the event;
@@ -222,7 +221,7 @@ static PyObject *core_on_event(WriterCore *self, PyObject *event) {
      * only run Python code through a str-subclass key with its own __eq__ in ids, but the
      * request strings must survive even that. */
     PyObject *request_id = Py_NewRef(f[F_REQUEST_ID]), *requester = Py_NewRef(f[F_REQUESTER]);
-    PyObject *result = NULL;
+    int result = -1;
     int64_t rid = string_id(ids, request_id), qid = string_id(ids, requester);
     int same = 0;
     const char *rb = NULL, *qb = NULL;
@@ -303,7 +302,7 @@ static PyObject *core_on_event(WriterCore *self, PyObject *event) {
     self->seq += 1;
     Py_XDECREF(rid_obj);
     Py_XDECREF(qid_obj);
-    result = Py_NewRef(Py_None);
+    result = 1;
     goto done;
 
 undo:
@@ -311,11 +310,64 @@ undo:
     Py_XDECREF(qid_obj);
     if (PyErr_Occurred()) goto done; /* MemoryError in a dict insert: nothing committed */
 slow_path:
-    result = slow(self, event);
+    result = 0;
 done:
     Py_DECREF(request_id);
     Py_DECREF(requester);
     return result;
+}
+
+static PyObject *core_on_event(WriterCore *self, PyObject *event) {
+    if (Py_TYPE(event) != g_event_type) return slow(self, event);
+    PyObject *f[N_FIELDS];
+    for (int i = 0; i < N_FIELDS; i++) {
+        f[i] = *(PyObject **)((char *)event + g_offsets[i]);
+        if (f[i] == NULL) return slow(self, event); /* unset slot: let Python raise */
+    }
+    int r = pack_event(self, f); /* the event keeps its fields alive */
+    if (r > 0) Py_RETURN_NONE;
+    return r < 0 ? NULL : slow(self, event);
+}
+
+/* record(kind, step=-1, request_id="", ...): TraceWriter.record's signature, the fields of
+ * Event in its order. Anything but up to 16 arguments naming each field once (positionally or
+ * by keyword) with kind given goes, with everything else the Python path decides, to
+ * self._record_py (TraceWriter.record), which raises what Python raises. */
+static PyObject *core_record(WriterCore *self, PyObject *const *args, Py_ssize_t nargs,
+                             PyObject *kwnames) {
+    PyObject *f[N_FIELDS];
+    Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+    int ok = nargs >= 1 && nargs <= N_FIELDS;
+    for (int i = 0; i < N_FIELDS; i++) f[i] = i < nargs ? args[i] : g_defaults[i];
+    for (Py_ssize_t k = 0; ok && k < nkw; k++) {
+        PyObject *name = PyTuple_GET_ITEM(kwnames, k);
+        int at = -1;
+        for (int i = 0; i < N_FIELDS && at < 0; i++)
+            if (name == g_names[i]) at = i; /* call-site keywords are interned */
+        for (int i = 0; i < N_FIELDS && at < 0; i++)
+            if (PyUnicode_Compare(name, g_names[i]) == 0) at = i;
+        if (PyErr_Occurred()) PyErr_Clear();
+        if (at < 0 || at < nargs) ok = 0; /* unknown, or given twice */
+        else f[at] = args[nargs + k];
+        /* a keyword repeated among the keywords cannot happen: the call refuses it */
+    }
+    if (ok && f[F_KIND] != NULL) {
+        int r = pack_event(self, f); /* the caller's arguments keep the fields alive */
+        if (r > 0) Py_RETURN_NONE;
+        if (r < 0) return NULL;
+    }
+    /* self._record_py(*args, **kwargs): self, then the arguments as given */
+    PyObject *small[1 + N_FIELDS + 4];
+    Py_ssize_t total = 1 + nargs + nkw;
+    PyObject **stack = total <= (Py_ssize_t)(sizeof small / sizeof small[0])
+                       ? small : PyMem_New(PyObject *, total);
+    if (stack == NULL) return PyErr_NoMemory();
+    stack[0] = (PyObject *)self;
+    memcpy(stack + 1, args, (size_t)(nargs + nkw) * sizeof(PyObject *));
+    PyObject *res = PyObject_VectorcallMethod(g_record_slow_name, stack,
+                                              (size_t)(1 + nargs), kwnames);
+    if (stack != small) PyMem_Free(stack);
+    return res;
 }
 
 /* ------------------------------------------------------------------ the type */
@@ -351,6 +403,9 @@ static PyMemberDef core_members[] = {
 static PyMethodDef core_methods[] = {
     {"on_event", (PyCFunction)core_on_event, METH_O,
      "Observer entry point: one event record (compiled fast path; see tracer/accel.py)."},
+    {"record", (PyCFunction)(void (*)(void))core_record, METH_FASTCALL | METH_KEYWORDS,
+     "record(kind, step=-1, request_id='', ...): the fields of Event as arguments (compiled "
+     "fast path; see tracer/accel.py)."},
     {NULL},
 };
 
@@ -449,7 +504,28 @@ PyMODINIT_FUNC PyInit__ctrace(void) {
     if (PyType_Ready(&WriterCoreType) < 0 || PyType_Ready(&NullCoreType) < 0) return NULL;
     g_empty = PyTuple_New(0); /* the empty-tuple singleton: "no chain" */
     g_slow_name = PyUnicode_InternFromString("_on_event_slow");
-    if (g_empty == NULL || g_slow_name == NULL) return NULL;
+    g_record_slow_name = PyUnicode_InternFromString("_record_py");
+    if (g_empty == NULL || g_slow_name == NULL || g_record_slow_name == NULL) return NULL;
+    for (int i = 0; i < N_FIELDS; i++)
+        if ((g_names[i] = PyUnicode_InternFromString(FIELD_NAMES[i])) == NULL) return NULL;
+    /* TraceWriter.record's defaults: ints -1/0, "", () */
+    PyObject *minus_one = PyLong_FromLong(-1), *zero = PyLong_FromLong(0);
+    PyObject *empty_str = PyUnicode_FromStringAndSize(NULL, 0);
+    if (minus_one == NULL || zero == NULL || empty_str == NULL) return NULL;
+    for (int i = 0; i < N_FIELDS; i++) {
+        PyObject *d;
+        switch (i) {
+        case F_KIND: d = NULL; break;
+        case F_STEP: case F_PAGE: case F_LINE: d = minus_one; break;
+        case F_REQUEST_ID: case F_REQUESTER: d = empty_str; break;
+        case F_CHAIN: case F_RECURRENT_CHAIN: d = g_empty; break;
+        default: d = zero;
+        }
+        g_defaults[i] = d == NULL ? NULL : Py_NewRef(d);
+    }
+    Py_DECREF(minus_one);
+    Py_DECREF(zero);
+    Py_DECREF(empty_str);
     PyObject *m = PyModule_Create(&ctrace_module);
     if (m == NULL) return NULL;
     Py_INCREF(&WriterCoreType);

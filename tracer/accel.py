@@ -8,13 +8,15 @@ leaves the pure-Python writer) and ``HYBRIDMEM_TRACER_PURE`` is unset, empty or 
 
     class AcceleratedTraceWriter(_ctrace.WriterCore, TraceWriter)
           |                        |
-          |                        +-- every method but on_event: slow path, seal, flusher,
-          |                            close, fork, record() (pure Python, unchanged)
+          |                        +-- every other method: slow path, seal, flusher, close,
+          |                            fork (pure Python, unchanged)
           +-- _buf _off _seq _ids _tok: the emitting state, in C, under the attribute names
           |   the Python methods use (member descriptors)
           +-- on_event(event): packs new request strings, the 100 B record and its chains
               (room in the buffer, token free, every field an int in range), or calls
               _on_event_slow = TraceWriter.on_event, which decides everything else
+          +-- record(kind, step, ...): the same from the fields as arguments, or
+              _record_py = TraceWriter.record
 
 Both paths write the same bytes for the same events (``tests/tracer/test_accel.py``); every
 tracer test runs on both (``tests/tracer/conftest.py``). Synchronization: the GIL, see the C
@@ -49,6 +51,7 @@ if _ctrace is not None:
 
         implementation = "c"
         _on_event_slow = TraceWriter.on_event
+        _record_py = TraceWriter.record
 
     ACCELERATED: type[TraceWriter] | None = AcceleratedTraceWriter
 else:

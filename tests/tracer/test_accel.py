@@ -4,6 +4,7 @@ contiguous, the clock is CLOCK_MONOTONIC, and a missing extension falls back."""
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 import threading
@@ -62,7 +63,22 @@ def tricky_events() -> list[Event | tuple[str, Event]]:
     return out
 
 
-def write(cls: type, path, events, after_close: int = 2) -> tuple[tuple, list[str], str]:
+FIELDS = [f.name for f in dataclasses.fields(Event)]
+
+
+def emit(w: TraceWriter, e: Event, via: str) -> None:
+    """``w.on_event(e)``, or the same fields through ``w.record`` (positional or keywords)."""
+    values = [getattr(e, name) for name in FIELDS]
+    if via == "on_event":
+        w.on_event(e)
+    elif via == "record":
+        w.record(*values)
+    else:
+        w.record(values[0], **dict(zip(FIELDS[1:], values[1:], strict=True)))
+
+
+def write(cls: type, path, events, after_close: int = 2,
+          via: str = "on_event") -> tuple[tuple, list[str], str]:
     """Write ``events`` through ``cls`` with a clock derived from the sequence number (so two
     writers stamp the same ts whatever number of times each reads the clock)."""
     holder: list[TraceWriter] = []
@@ -81,10 +97,10 @@ def write(cls: type, path, events, after_close: int = 2) -> tuple[tuple, list[st
         for item in events:
             if isinstance(item, tuple):
                 with pytest.raises((ValueError, UnicodeEncodeError)) as exc:
-                    w.on_event(item[1])
+                    emit(w, item[1], via)
                 refused.append(type(exc.value).__name__)
             else:
-                w.on_event(item)
+                emit(w, item, via)
         w.close()
         for _ in range(after_close):
             w.on_event(Event(EventKind.FINISH, 1, "late"))
@@ -102,9 +118,12 @@ def body(path) -> tuple[dict, bytes]:
 
 
 @needs_c
-def test_both_paths_write_byte_identical_traces(tmp_path):
+@pytest.mark.parametrize("via", ["on_event", "record", "record_kw"])
+def test_both_paths_write_byte_identical_traces(tmp_path, via):
+    """Compiled on_event or record(...) (positional, keywords) against the pure-Python
+    writer's on_event: the same bytes."""
     c_stats, c_refused, c_impl = write(accel.ACCELERATED, tmp_path / "c.hmtrace",
-                                       tricky_events())
+                                       tricky_events(), via=via)
     py_stats, py_refused, py_impl = write(accel.PureTraceWriter, tmp_path / "py.hmtrace",
                                          tricky_events())
     assert c_stats == py_stats and c_refused == py_refused
@@ -126,7 +145,7 @@ def test_both_paths_write_byte_identical_traces(tmp_path):
     changed[i] = Event(e.kind, e.step, e.request_id, e.preemption_count, e.hash, e.depth + 1,
                        e.state_kind, e.page, e.line, e.cause, e.requester, e.need, e.free,
                        e.outcome)
-    write(accel.ACCELERATED, tmp_path / "c2.hmtrace", changed)
+    write(accel.ACCELERATED, tmp_path / "c2.hmtrace", changed, via=via)
     assert body(tmp_path / "c2.hmtrace")[1] != py_body
     a = [r for _, _, r in read_events(tmp_path / "c2.hmtrace")]
     b = [r for _, _, r in read_events(tmp_path / "py.hmtrace")]
@@ -150,6 +169,15 @@ def test_fast_path_covers_new_strings_and_chains(tmp_path):
     assert slow_calls == []  # every record, strings and chains included, packed in C
     w.on_event(Event(EventKind.PUBLICATION, np.int64(1)))  # not an int: Python decides
     assert len(slow_calls) == 1
+    record_py = []
+    w._record_py = lambda *a, **k: record_py.append((a, k))  # what record() hands to Python
+    w.record(EventKind.PUBLICATION, 1, "new-string", hash=7, chain=(1, 2))
+    w.record(EventKind.PUBLICATION, np.int64(1))
+    w.record(EventKind.PUBLICATION, 1, step=2)
+    w.record(kind=EventKind.PUBLICATION, bogus=3)
+    assert record_py == [((EventKind.PUBLICATION, np.int64(1)), {}),
+                         ((EventKind.PUBLICATION, 1), {"step": 2}),
+                         ((), {"kind": EventKind.PUBLICATION, "bogus": 3})]
     w.close()
     assert verify(tmp_path / "t.hmtrace").accepted
 
@@ -337,7 +365,8 @@ def _events(draw: st.DrawFn) -> list[Event]:
 
 
 def _write_any(cls: type, path, events: list[Event]) -> tuple[tuple, list[str], bytes]:
-    """Like write(), for events that may or may not be refused: record each outcome."""
+    """Like write(), for events that may or may not be refused: record each outcome. Events go
+    through on_event, record(...) and record(kind, **fields) in turn."""
     holder: list[TraceWriter] = []
 
     def clock() -> int:
@@ -351,9 +380,9 @@ def _write_any(cls: type, path, events: list[Event]) -> tuple[tuple, list[str], 
         w = cls(path, dict(META), packet_records=8, buffer_records=32, flush_interval_s=3600,
                 fsync="none", handle_signals=False)
         holder.append(w)
-        for e in events:
+        for i, e in enumerate(events):
             try:
-                w.on_event(e)
+                emit(w, e, ("on_event", "record", "record_kw")[i % 3])
                 outcomes.append("ok")
             except (ValueError, UnicodeEncodeError) as exc:
                 outcomes.append(type(exc).__name__)
