@@ -13,9 +13,13 @@ one of each per round, so every figure of a round saw the same machine load:
 * ``ratio_to_floor``: ``ns_per_event_enabled / floor_ns_per_event`` (best of each);
   ``ratio_to_floor_median`` is the median over rounds of the same ratio within one round;
 
-* ``ns_per_event_enabled``: ``writer.on_event(event)`` with the background flusher running;
-  ``cpu_ratio_to_floor`` compares the emitting thread's CPU time with the floor loop's (less
-  sensitive to other tenants than wall time);
+* ``ns_per_event_enabled``: ``writer.on_event(event)`` with the background flusher running, on
+  the writer ``TraceWriter(...)`` builds (``writer_path``: ``c``, the compiled on_event of
+  ``tracer/accel.py``, or ``python``; ``writer_path_note`` says why); ``cpu_ratio_to_floor``
+  compares the emitting thread's CPU time with the floor loop's (less sensitive to other
+  tenants than wall time);
+* ``*_pure``: the same on_event loop on the pure-Python writer, timed in the same rounds when
+  the compiled one is the writer measured above (None otherwise);
 * ``ns_per_event_enabled_record``: the fast path ``writer.record(kind, step, ...)``;
 * ``ns_per_event_enabled_same_event``: on_event with one publication event repeated (its fields
   stay in cache, as for an event built just before it is emitted; the main figure walks 200k
@@ -38,6 +42,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from hybridmem.events import Event
+from tracer import accel
 from tracer import format as fmt
 from tracer.synthetic import synthetic_events
 from tracer.verdict import verify
@@ -116,10 +121,20 @@ def run_bench(n: int, path: str | None = None, repeats: int = 3,
                 w.on_event(e)
         return _clock() - t0
 
+    cls = accel.writer_class()
+    if cls is not TraceWriter:
+        note = "compiled on_event (tracer/_ctrace.c)"
+    elif accel.pure_forced():
+        note = f"{accel.PURE_ENV}={os.environ.get(accel.PURE_ENV)} forces the pure-Python writer"
+    else:
+        note = f"pure-Python writer: {accel.UNAVAILABLE}"
+    both = cls is not TraceWriter  # time the pure-Python reference too, in the same rounds
     cpu: list[tuple[int, int]] = []
+    cpu_pure: list[tuple[int, int]] = []
 
-    def loop_enabled(target: str, fast: bool, same: bool = False) -> tuple[int, int]:
-        w = TraceWriter(target, BENCH_META, handle_signals=False)
+    def loop_enabled(target: str, fast: bool, same: bool = False,
+                     writer_cls: type[TraceWriter] = cls) -> tuple[int, int]:
+        w = writer_cls(target, BENCH_META, handle_signals=False)
         one = next(e for e in events if not e.chain)
         c0, p0 = time.thread_time_ns(), time.process_time_ns()
         t0 = _clock()
@@ -139,7 +154,8 @@ def run_bench(n: int, path: str | None = None, repeats: int = 3,
         c1 = time.thread_time_ns()
         w.close()
         if not fast and not same:
-            cpu.append((c1 - c0, time.process_time_ns() - p0))
+            (cpu if writer_cls is cls else cpu_pure).append((c1 - c0,
+                                                             time.process_time_ns() - p0))
         return t1 - t0, _clock() - t0
 
     floor: list[int] = []
@@ -147,14 +163,18 @@ def run_bench(n: int, path: str | None = None, repeats: int = 3,
     null: list[int] = []
     guard: list[int] = []
     enabled: list[tuple[int, int]] = []
+    enabled_pure: list[tuple[int, int]] = []
     fast: list[tuple[int, int]] = []
     same: list[tuple[int, int]] = []
     for r in range(repeats):
-        say(f"round {r + 1} of {repeats}: floor, enabled (on_event, record, same event), "
-            "disabled")
+        say(f"round {r + 1} of {repeats}: floor, enabled ({cls.implementation}: on_event, "
+            f"record, same event{'; python: on_event' if both else ''}), disabled")
         floor.append(loop_floor())
         # the last round's on_event trace is kept and verified
         enabled.append(loop_enabled(out if r == repeats - 1 else scratch, fast=False))
+        if both:
+            enabled_pure.append(loop_enabled(scratch, fast=False,
+                                             writer_cls=accel.PureTraceWriter))
         fast.append(loop_enabled(scratch, fast=True))
         same.append(loop_enabled(scratch, fast=False, same=True))
         empty.append(loop_empty())
@@ -165,11 +185,26 @@ def run_bench(n: int, path: str | None = None, repeats: int = 3,
     verdict = verify(out)
     size = os.path.getsize(out)
     ratios = sorted(t / f for (t, _), f in zip(enabled, floor, strict=True))
+    pure: dict[str, float | None] = dict.fromkeys(
+        ("ns_per_event_enabled_pure", "ratio_to_floor_pure", "ratio_to_floor_pure_median",
+         "cpu_ratio_to_floor_pure", "cpu_ns_per_event_enabled_thread_pure"))
+    if both:
+        ratios_pure = sorted(t / f for (t, _), f in zip(enabled_pure, floor, strict=True))
+        best_pure = min(t for t, _ in enabled_pure)
+        pure.update({
+            "ns_per_event_enabled_pure": round(best_pure / n, 1),
+            "ratio_to_floor_pure": round(best_pure / min(floor), 3),
+            "ratio_to_floor_pure_median": round(ratios_pure[len(ratios_pure) // 2], 3),
+            "cpu_ratio_to_floor_pure": round(min(c for c, _ in cpu_pure) / min(floor_cpu), 3),
+            "cpu_ns_per_event_enabled_thread_pure": round(min(c for c, _ in cpu_pure) / n, 1),
+        })
     return {
         "ns_per_event_enabled": round(min(t for t, _ in enabled) / n, 1),
         "ns_per_event_disabled": round(min(null) / n, 1),
         "events": n,
         "path": out,
+        "writer_path": cls.implementation,
+        "writer_path_note": note,
         "floor_ns_per_event": round(min(floor) / n, 1),
         "ratio_to_floor": round(min(t for t, _ in enabled) / min(floor), 3),
         "ratio_to_floor_median": round(ratios[len(ratios) // 2], 3),
@@ -182,6 +217,7 @@ def run_bench(n: int, path: str | None = None, repeats: int = 3,
         "ns_loop_overhead": round(min(empty) / n, 1),
         "cpu_ns_per_event_enabled_thread": round(min(c for c, _ in cpu) / n, 1),
         "cpu_ns_per_event_enabled_process": round(min(p for _, p in cpu) / n, 1),
+        **pure,
         "repeats": repeats,
         "accepted": verdict.accepted,
         "bytes": size,

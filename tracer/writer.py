@@ -19,13 +19,18 @@ a one-element list whose ``pop()`` takes it and ``append()`` gives it back. Both
 atomic operations (documented as thread safe), and on CPython they cost about a third of
 ``Lock.acquire()`` + ``release()``, whose argument parsing dominates a 100 B record's cost. A
 thread that finds the list empty waits in :meth:`TraceWriter._take` (short sleeps; contention is
-rare). The fast path has no other check than "no chain, not END": a string id missing from the
-dictionary (``KeyError``) or a full or closed buffer (``struct.error`` from ``pack_into``) sends
-the record to the slow path, which also validates every field before anything is committed.
+rare). The fast path has no other check than "no chain": an enum value outside its enum (END
+included) or a string id missing from the dictionary (``KeyError`` from a dict look-up) or a full
+or closed buffer (``struct.error`` from ``pack_into``) sends the record to the slow path, which
+also validates every field before anything is committed.
 Waits (a full pool, the flusher's hand-offs) use a separate condition variable.
 
 ``close()`` (also run by ``atexit``, and after SIGTERM through ``SystemExit``) seals the last
 buffer, waits for the flusher, then writes the END record with the final counters.
+
+``TraceWriter(...)`` returns the compiled variant of ``tracer/accel.py`` when it is built (same
+bytes, same synchronization through the GIL; this class stays the reference and the fallback,
+``HYBRIDMEM_TRACER_PURE=1`` forces it).
 
 The disabled path is :data:`NULL_WRITER` (``TraceWriter.disabled()``): its methods do nothing, and
 callers on hot paths may test ``writer.enabled`` before building an :class:`Event`.
@@ -47,7 +52,8 @@ import weakref
 from collections.abc import Iterable
 from typing import IO, Any, NamedTuple
 
-from hybridmem.events import Event, EventKind
+from hybridmem.events import Cause, Event, EventKind, Outcome, StateKind
+from tracer import cext
 from tracer import format as fmt
 from tracer.errors import TraceError
 
@@ -59,8 +65,15 @@ RUN_META_KEYS = ("organization", "geometry", "budget", "seed", "engine",
 CLOCK_SOURCE = "CLOCK_MONOTONIC via time.monotonic_ns(), ns"
 
 _mono = time.monotonic_ns
-_END = EventKind.END
 _NO: tuple[int, ...] = ()  # the empty tuple (a singleton): "no chain" on the fast path
+# The enum values an event record may hold (the reader refuses a packet holding any other, so
+# one bad field would cost every record packed beside it). The fast path looks each one up
+# (``_KINDS[kind]``; a KeyError sends the record to the slow path, which refuses it); END is
+# not an event kind here: close() writes it.
+_KINDS = {int(k): int(k) for k in EventKind if k is not EventKind.END}
+_STATE_KINDS = {int(k): int(k) for k in StateKind}
+_CAUSES = {int(k): int(k) for k in Cause}
+_OUTCOMES = {int(k): int(k) for k in Outcome}
 
 
 class WriterStats(NamedTuple):
@@ -107,16 +120,34 @@ def header_bytes(meta: dict[str, Any]) -> bytes:
     return head + fmt.HEADER_CRC.pack(fmt.crc32(head))
 
 
-class NullTraceWriter:
+class _PyNullBase:
+    __slots__ = ()
+
+    def on_event(self, event: Event) -> None:
+        # (A C-level no-op such as ``deque(maxlen=0).append`` as a class attribute measured
+        # no faster on CPython 3.11: the call site's method lookup is then not specialized. A
+        # C method descriptor, tracer._ctrace.NullCore.on_event, is: see _null_base.)
+        return None
+
+
+def _null_base() -> Any:
+    """``on_event`` of the disabled path: the C method descriptor of ``tracer._ctrace.NullCore``
+    when the extension is built and not refused at import (``HYBRIDMEM_TRACER_PURE``), a few
+    ns per call less than the Python method of :class:`_PyNullBase`, the fallback."""
+    if cext.pure_forced():
+        return _PyNullBase
+    mod, _why = cext.load()
+    return _PyNullBase if mod is None else mod.NullCore
+
+
+_NullBase: Any = _null_base()
+
+
+class NullTraceWriter(_NullBase):
     """The disabled path: every method is a no-op (``enabled`` is False)."""
 
     __slots__ = ()
     enabled = False
-
-    def on_event(self, event: Event) -> None:
-        # (A C-level no-op such as ``deque(maxlen=0).append`` as a class attribute measured
-        # no faster on CPython 3.11: the call site's method lookup is then not specialized.)
-        return None
 
     def record(self, *args: Any, **kwargs: Any) -> None:
         return None
@@ -142,6 +173,18 @@ class TraceWriter:
     """
 
     enabled = True
+    implementation = "python"  # "c": the compiled on_event of tracer/accel.py
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> TraceWriter:
+        """``TraceWriter(...)`` builds the compiled variant when it is built and not refused
+        (``HYBRIDMEM_TRACER_PURE=1``); see ``tracer/accel.py``."""
+        if cls is TraceWriter:
+            from tracer.accel import writer_class
+
+            chosen = writer_class()
+            if chosen is not TraceWriter:
+                return chosen.__new__(chosen)
+        return super().__new__(cls)
 
     def __init__(self, path: str | os.PathLike[str] | IO[bytes], meta: dict[str, Any], *,
                  policy: str = "block", buffer_records: int = 65536, packet_records: int = 1024,
@@ -237,19 +280,19 @@ class TraceWriter:
         except IndexError:  # another thread holds the token
             self._take()
         try:
-            if kind is not _END and e.chain is _NO and e.recurrent_chain is _NO:
+            if e.chain is _NO and e.recurrent_chain is _NO:
                 ids = self._ids
                 seq = self._seq
                 try:
-                    self._pack_fast(self._buf, self._off, kind, e.state_kind, e.cause,
-                                    e.outcome, seq, _mono(), e.step, ids[e.request_id],
-                                    ids[e.requester], e.preemption_count, e.hash, e.depth,
-                                    e.page, e.line, e.need, e.free)
+                    self._pack_fast(self._buf, self._off, _KINDS[kind], _STATE_KINDS[e.state_kind],
+                                    _CAUSES[e.cause], _OUTCOMES[e.outcome], seq, _mono(), e.step,
+                                    ids[e.request_id], ids[e.requester], e.preemption_count,
+                                    e.hash, e.depth, e.page, e.line, e.need, e.free)
                     self._off += 100
                     self._seq = seq + 1
                     return
-                except (struct.error, KeyError):
-                    pass  # full or closed buffer, a new string, or a bad field: slow path
+                except (struct.error, KeyError, TypeError):
+                    pass  # full or closed buffer, a new string, END or a bad field: slow path
             self._record_slow(kind, e.step, e.request_id, e.preemption_count, e.hash, e.depth,
                               e.state_kind, e.page, e.line, e.cause, e.requester, e.need,
                               e.free, e.outcome, e.chain, e.recurrent_chain)
@@ -268,17 +311,18 @@ class TraceWriter:
         except IndexError:
             self._take()
         try:
-            if kind is not _END and chain is _NO and recurrent_chain is _NO:
+            if chain is _NO and recurrent_chain is _NO:
                 ids = self._ids
                 seq = self._seq
                 try:
-                    self._pack_fast(self._buf, self._off, kind, state_kind, cause, outcome, seq,
-                                    _mono(), step, ids[request_id], ids[requester],
-                                    preemption_count, hash, depth, page, line, need, free)
+                    self._pack_fast(self._buf, self._off, _KINDS[kind], _STATE_KINDS[state_kind],
+                                    _CAUSES[cause], _OUTCOMES[outcome], seq, _mono(), step,
+                                    ids[request_id], ids[requester], preemption_count, hash,
+                                    depth, page, line, need, free)
                     self._off += 100
                     self._seq = seq + 1
                     return
-                except (struct.error, KeyError):
+                except (struct.error, KeyError, TypeError):
                     pass
             self._record_slow(kind, step, request_id, preemption_count, hash, depth,
                               state_kind, page, line, cause, requester, need, free,
@@ -313,6 +357,13 @@ class TraceWriter:
             return
         if kind == EventKind.END:
             raise ValueError("END is written by the tracer itself on close(), not emitted")
+        try:  # as the fast path: anything equal to a member's value packs as that value
+            kind, state_kind, cause, outcome = (_KINDS[kind], _STATE_KINDS[state_kind],
+                                                _CAUSES[cause], _OUTCOMES[outcome])
+        except (KeyError, TypeError):
+            raise ValueError(f"event enum field out of range: kind={kind!r} "
+                             f"state_kind={state_kind!r} cause={cause!r} "
+                             f"outcome={outcome!r}") from None
         if type(chain) is not tuple:
             chain = tuple(chain)
         if type(recurrent_chain) is not tuple:

@@ -131,10 +131,16 @@ def run_bench(args: argparse.Namespace) -> int:
     else:
         print(f"{r['events']:,} events -> {r['path']} ({r['bytes']:,} B, trace "
               f"{'accepted' if r['accepted'] else 'NOT accepted'})")
+        print(f"writer   {r['writer_path']:<13} {r['writer_path_note']}")
         print(f"floor    pack_into     {r['floor_ns_per_event']:8.1f} ns/event (same run)")
         print(f"enabled  on_event      {r['ns_per_event_enabled']:8.1f} ns/event = "
               f"{r['ratio_to_floor']:.2f}x the floor (median of rounds "
               f"{r['ratio_to_floor_median']:.2f}x; CPU {r['cpu_ratio_to_floor']:.2f}x)")
+        if r["ns_per_event_enabled_pure"] is not None:
+            print(f"enabled  on_event, python {r['ns_per_event_enabled_pure']:5.1f} ns/event = "
+                  f"{r['ratio_to_floor_pure']:.2f}x the floor (median of rounds "
+                  f"{r['ratio_to_floor_pure_median']:.2f}x; CPU "
+                  f"{r['cpu_ratio_to_floor_pure']:.2f}x)")
         print(f"enabled  record()      {r['ns_per_event_enabled_record']:8.1f} ns/event")
         print(f"enabled  same event    {r['ns_per_event_enabled_same_event']:8.1f} ns/event")
         print(f"enabled  incl. close   {r['ns_per_event_enabled_with_close']:8.1f} ns/event")

@@ -82,7 +82,7 @@ def test_stats(capsys, trace):
     assert code == 0 and "publication" in out and "req-α" in out
 
 
-def test_bench_json(capsys, tmp_path):
+def test_bench_json(capsys, tmp_path, writer_path):
     out_path = tmp_path / "b.hmtrace"
     code, out, err = run_cli(capsys, "trace", "bench", "--events", "3000", "--out",
                              str(out_path), "--repeats", "1", "--json")
@@ -95,6 +95,14 @@ def test_bench_json(capsys, tmp_path):
     assert d["floor_ns_per_event"] > 0 and d["cpu_ratio_to_floor"] > 0
     ratio = d["ns_per_event_enabled"] / d["floor_ns_per_event"]
     assert abs(d["ratio_to_floor"] - ratio) < 0.01 * ratio
+    # which writer ran; the pure-Python one is timed beside the compiled one in the same rounds
+    assert d["writer_path"] == writer_path and d["writer_path_note"]
+    assert (d["ratio_to_floor_pure"] is None) == (writer_path == "python")
+    if writer_path == "c":
+        assert d["ns_per_event_enabled_pure"] > 0 and d["cpu_ratio_to_floor_pure"] > 0
+    code, out, _ = run_cli(capsys, "trace", "bench", "--events", "500", "--out",
+                           str(out_path), "--repeats", "1")
+    assert code == 0 and f"writer   {writer_path}" in out
 
 
 def test_bench_rejects_bad_count(capsys):
