@@ -5,8 +5,8 @@
 
 Prints one line for the imports, one per run (``wall_s``, ``cpu_s`` = this process's user +
 system seconds, steps, a digest of every request's first-token/finish times, token counts and
-the run's preemptions), and with ``--trace`` the SHA-256 of the trace file (virtual times only,
-so identical code gives identical bytes). The digest is how an A/B shows a change kept
+the run's preemptions), and with ``--trace`` a digest of the traced event stream (every event
+in order without its wall-clock stamp) and the event count. The digest is how an A/B shows a change kept
 behaviour: the same cell must print the same digest on both sides.
 """
 
@@ -36,6 +36,18 @@ def _digest(result_dir: Path, steps: int, preemptions: int) -> str:
     return h.hexdigest()[:16]
 
 
+def _event_digest(path: Path) -> str:
+    """SHA-256 over every traced event in order, wall-clock stamps left out (``seq`` and the
+    event's fields, which carry virtual time only), and the event count."""
+    from tracer.reader import read_events
+
+    h, n = hashlib.sha256(), 0
+    for seq, _ts_ns, event in read_events(path):
+        h.update(f"{seq} {event!r}\n".encode())
+        n += 1
+    return f"{h.hexdigest()[:16]}/{n}"
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--org", default="S2")
@@ -45,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--share", type=float, default=0.5)
     p.add_argument("--requests", type=int, default=300)
     p.add_argument("--runs", type=int, default=1)
-    p.add_argument("--trace", action="store_true", help="trace the run; print the file's hash")
+    p.add_argument("--trace", action="store_true", help="trace the run; print a digest of its events")
     p.add_argument("--profile", type=int, default=0, metavar="N",
                    help="cProfile the last run, print the top N by cumulative and own time")
     a = p.parse_args(argv)
@@ -82,8 +94,7 @@ def main(argv: list[str] | None = None) -> int:
                     f"throughput {s['throughput_tok_s']:.3f} "
                     f"digest {_digest(out, s['steps'], s['preemptions'])}")
             if tdir is not None:
-                trace = (tdir / "trace.hmt").read_bytes()
-                line += " trace " + hashlib.sha256(trace).hexdigest()[:16]
+                line += f" events {_event_digest(tdir / 'trace.hmt')}"
             print(line + (" (profiled)" if prof is not None else ""), flush=True)
             if prof is not None:
                 import pstats

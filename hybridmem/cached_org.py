@@ -156,7 +156,12 @@ class CachedOrganization(Organization):
 
     def append_tokens(self, request_id: str, token_ids: Sequence[int]) -> None:
         req = self._req(request_id)
-        req.tokens.extend(token_ids)
+        tokens = req.tokens
+        tokens.extend(token_ids)
+        n = len(tokens)
+        if n < (len(req.attn_chain) + 1) * self.attention_grid \
+                and n < (len(req.rec_chain) + 1) * self.recurrent_grid:
+            return  # no chunk completed (a decode step, nearly always): both chains unchanged
         extra = extra_keys(req.salt)
         for chain, kind, grid in ((req.attn_chain, StateKind.ATTENTION, self.attention_grid),
                                   (req.rec_chain, StateKind.RECURRENT, self.recurrent_grid)):
@@ -354,8 +359,16 @@ class CachedOrganization(Organization):
         return blocks, list(range(req.ckpt_top + gr, top + 1, gr))
 
     def pages_needed(self, request_id: str, num_tokens: int) -> Need:
-        blocks, bounds = self._growth(self._req(request_id), num_tokens)
-        return Need(blocks, self._ckpt_units(len(bounds)))
+        """``Need`` of :meth:`allocate` (same checks as :meth:`_growth`, counts only; no new
+        checkpoint boundary needs no recurrent unit, so ``_ckpt_units`` runs only for some)."""
+        req = self._req(request_id)
+        if not 0 <= num_tokens <= len(req.tokens):
+            self._growth(req, num_tokens)  # raises the ValueError naming the value
+        blocks = -(-num_tokens // self.attention_grid) - len(req.blocks)
+        gr = self.recurrent_grid
+        ckpts = len(range(req.ckpt_top + gr, -(-num_tokens // gr) * gr + 1, gr))
+        return Need(blocks if blocks > 0 else 0,
+                    self._ckpt_units(ckpts) if ckpts > 0 else 0)
 
     def can_allocate(self, request_id: str, num_tokens: int) -> bool:
         need = self.pages_needed(request_id, num_tokens)
@@ -596,6 +609,8 @@ class CachedOrganization(Organization):
 
     def release_superseded(self, request_id: str) -> list[int]:
         req = self._req(request_id)
+        if len(req.ckpts) < 2:
+            return []  # nothing older than the newest: nothing to release or retain
         done = [b for b in req.ckpts if b <= req.computed]
         if not done:
             return []
