@@ -75,6 +75,7 @@ class RequestState:
     computed: int = 0  # tokens whose state is written
     preemptions: int = 0
     retained: set[int] = field(default_factory=set)  # checkpoint idents exempt from release
+    keyed: int = 0  # leading blocks known to carry their key (publish starts after them)
 
     @property
     def holds_storage(self) -> bool:
@@ -511,6 +512,10 @@ class CachedOrganization(Organization):
         key = blk.key
         del self.attn_index[key]
         blk.key = 0
+        for holder in blk.holders:  # (invalidate only: a reclaimed block has no holders)
+            held_by = self.requests.get(holder)
+            if held_by is not None:
+                held_by.keyed = 0  # publish rescans: this block may publish again
         if self._emitting:
             self._emit(EventKind.LOSS, hash=key, depth=blk.depth, state_kind=StateKind.ATTENTION,
                        page=blk.page, cause=cause, requester=requester)
@@ -564,12 +569,24 @@ class CachedOrganization(Organization):
         published = []
         attn_index, emitting = self.attn_index, self._emitting
         # Block i ends at (i + 1) g_a; every block that can pass the depth test covers a full
-        # chunk, so it has a key: zip stops where the chain does only after that test fails.
-        for blk, key in zip(req.blocks, req.attn_chain, strict=False):
+        # chunk, so it has a key: the loop stops where the chain does only after that test
+        # fails. The first ``req.keyed`` blocks carry their key (a keyed block lies within
+        # ``computed``, and only _lose_block clears a key: it resets the holders' count), so
+        # they are skipped: the old full scan would only ``continue`` over them.
+        blocks, chain, keyed = req.blocks, req.attn_chain, req.keyed
+        for i in range(keyed, min(len(blocks), len(chain))):
+            blk = blocks[i]
             if blk.depth > computed:
                 break
-            if blk.key or key in attn_index:
-                continue  # already discoverable (adopted or another request's copy)
+            if blk.key:
+                if keyed == i:
+                    keyed = i + 1
+                continue  # already discoverable (published or adopted)
+            key = chain[i]
+            if key in attn_index:
+                continue  # another request's copy is discoverable
+            if keyed == i:
+                keyed = i + 1
             blk.key = key
             attn_index[key] = blk
             blk.pool.hold(blk.page)
@@ -578,7 +595,8 @@ class CachedOrganization(Organization):
                 self._emit(EventKind.PUBLICATION, request_id=request_id,
                            preemption_count=req.preemptions, hash=key, depth=blk.depth,
                            state_kind=StateKind.ATTENTION, page=blk.page)
-        pool = self._ckpt_pool()
+        req.keyed = keyed
+        pool = None
         for b, ck in sorted(req.ckpts.items()):
             if b > req.computed:
                 break
@@ -586,6 +604,8 @@ class CachedOrganization(Organization):
             if ck.key or key in self.rec_index:
                 continue
             assert self._complete(ck), f"publishing incomplete checkpoint {ck.ident} at {b}"
+            if pool is None:
+                pool = self._ckpt_pool()
             ck.key = key
             self.rec_index[key] = ck
             for p in self._ckpt_pages(ck):
@@ -648,7 +668,7 @@ class CachedOrganization(Organization):
                            hash=blk.key, depth=blk.depth, state_kind=StateKind.ATTENTION,
                            page=blk.page, cause=cause)
             unref(blk, rid)
-        req.ckpt_top = req.computed = 0
+        req.ckpt_top = req.computed = req.keyed = 0
         req.retained.clear()
 
     def preempt(self, request_id: str) -> PinDecision | None:
