@@ -629,16 +629,18 @@ class CachedOrganization(Organization):
 
     def release_superseded(self, request_id: str) -> list[int]:
         req = self._req(request_id)
-        if len(req.ckpts) < 2:
+        ckpts = req.ckpts
+        if len(ckpts) < 2:
             return []  # nothing older than the newest: nothing to release or retain
-        done = [b for b in req.ckpts if b <= req.computed]
-        if not done:
-            return []
-        newest = max(done)
+        computed, newest = req.computed, 0  # boundaries are > 0
+        for b in ckpts:
+            if newest < b <= computed:
+                newest = b
+        older = sorted(b for b in ckpts if b < newest)  # the only ones the loop can release
         kept = []
-        for b in sorted(req.ckpts):
-            ck = req.ckpts[b]
-            if b >= newest or ck.ident in req.retained:
+        for b in older:
+            ck = ckpts[b]
+            if ck.ident in req.retained:
                 continue
             if self.retention and ck.key:
                 demand = len(self.demand.get(ck.key, ()))
