@@ -4,7 +4,9 @@
 --   m0:    after all steps < adopt_step                (lookup, step-ordered lower bound)
 --   m1:    m0, or published within adopt_step by a    (lookup, step-ordered upper bound)
 --          request other than the episode's own
--- The flip counts before the entry and adoption cuts delimit the changes inside the window.
+-- An entry's state at a seq cut is the is_pub of its last supply row before the cut (false when
+-- none); that row's sup_no, at the entry and at the adoption cut, delimits the rows inside the
+-- window. The seq lookups read the narrow (key, seq, is_pub, sup_no) columns of _supply only.
 CREATE OR REPLACE VIEW _chain_validity AS
 SELECT
     c.ep,
@@ -15,9 +17,9 @@ SELECT
     c.in_reach,
     c.adopt_seq IS NOT NULL AS has_window,
     coalesce(fe.is_pub, false) AS valid_entry,
-    coalesce(fe.flip_no, 0) AS flips_before_entry,
+    coalesce(fe.sup_no, 0) AS supply_before_entry,
     CASE WHEN c.adopt_seq IS NOT NULL THEN coalesce(fa.is_pub, false) END AS valid_exact,
-    CASE WHEN c.adopt_seq IS NOT NULL THEN coalesce(fa.flip_no, 0) END AS flips_before_adopt,
+    CASE WHEN c.adopt_seq IS NOT NULL THEN coalesce(fa.sup_no, 0) END AS supply_before_adopt,
     CASE WHEN c.adopt_step IS NOT NULL THEN coalesce(s0.valid_after_step, false) END AS valid_m0,
     CASE WHEN c.adopt_step IS NOT NULL
          THEN coalesce(s0.valid_after_step, false)
@@ -25,9 +27,9 @@ SELECT
                           false)
     END AS valid_m1
 FROM _chain AS c
-ASOF LEFT JOIN _flips AS fe
+ASOF LEFT JOIN (SELECT is_rec, hash, seq, is_pub, sup_no FROM _supply) AS fe
     ON fe.is_rec = c.is_rec AND fe.hash = c.hash AND c.entry_seq > fe.seq
-ASOF LEFT JOIN _flips AS fa
+ASOF LEFT JOIN (SELECT is_rec, hash, seq, is_pub, sup_no FROM _supply) AS fa
     ON fa.is_rec = c.is_rec AND fa.hash = c.hash AND c.adopt_seq > fa.seq
 ASOF LEFT JOIN _step_supply AS s0
     ON s0.is_rec = c.is_rec AND s0.hash = c.hash AND c.adopt_step > s0.step
@@ -43,8 +45,8 @@ COMMENT ON COLUMN _chain_validity.end_tokens IS 'tokens: block end / checkpoint 
 COMMENT ON COLUMN _chain_validity.in_reach IS 'can move J: a checkpoint or a block below the deepest checkpoint boundary';
 COMMENT ON COLUMN _chain_validity.has_window IS 'the episode was adopted after its entry';
 COMMENT ON COLUMN _chain_validity.valid_entry IS 'valid at the waiting-entry cut';
-COMMENT ON COLUMN _chain_validity.flips_before_entry IS 'validity changes of the entry before the waiting-entry cut';
+COMMENT ON COLUMN _chain_validity.supply_before_entry IS 'supply rows of the entry before the waiting-entry cut';
 COMMENT ON COLUMN _chain_validity.valid_exact IS 'valid at the adoption cut by seq (NULL: no window)';
-COMMENT ON COLUMN _chain_validity.flips_before_adopt IS 'validity changes before the adoption cut (NULL: no window)';
+COMMENT ON COLUMN _chain_validity.supply_before_adopt IS 'supply rows of the entry before the adoption cut (NULL: no window)';
 COMMENT ON COLUMN _chain_validity.valid_m0 IS 'valid after all steps before the lookup step (NULL: no step)';
 COMMENT ON COLUMN _chain_validity.valid_m1 IS 'valid_m0 or published within the lookup step by another request (NULL: no step)';
