@@ -25,6 +25,7 @@ import sys
 import time
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from lineage import views
@@ -33,7 +34,7 @@ from lineage.table import table_meta
 READS = ("episode_lineage", "run_summary", "table_checks", "class_counts", "loss_causes")
 
 
-def one_run(table: object, sql: str, threads: int | None) -> list[tuple[str, float, float]]:
+def one_run(table: pa.Table, sql: str, threads: int | None) -> list[tuple[str, float, float]]:
     """[(step, cpu_s, wall_s)] for one complete report SQL over ``table``."""
     steps: list[tuple[str, float, float]] = []
     mark = [time.process_time(), time.perf_counter()]
@@ -43,7 +44,7 @@ def one_run(table: object, sql: str, threads: int | None) -> list[tuple[str, flo
         steps.append((name, c - mark[0], w - mark[1]))
         mark[0], mark[1] = c, w
 
-    con = views.connect(table, materialize=True, threads=threads, sql=sql,  # type: ignore[arg-type]
+    con = views.connect(table, materialize=True, threads=threads, sql=sql,
                         on_view=lap)
     for name in READS:
         con.sql(f"SELECT * FROM {name}").to_arrow_table()
