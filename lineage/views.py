@@ -85,7 +85,7 @@ def public_views(sql: str = "current") -> tuple[str, ...]:
 # DuckDB inlines views, so without this every reader recomputes the ASOF joins below it.
 HEAVY_SETS = {
     "current": ("_adoptions", "_entries", "_supply", "_chain_validity",
-                "_episode_depths", "_boundaries", "_window_flips", "_boundary_transitions",
+                "_episode_depths", "_window_flips", "_boundaries", "_boundary_transitions",
                 "depth_changes", "episode_lineage"),
     "reference": ("_adoptions", "_entries", "_flips", "_step_supply", "_chain_validity",
                   "_episode_depths", "_boundaries", "_window_flips", "_boundary_transitions",

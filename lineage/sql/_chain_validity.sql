@@ -7,39 +7,50 @@
 -- An entry's state at a seq cut is the is_pub of its last supply row before the cut (false when
 -- none); that row's sup_no at the entry and the adoption cut delimits the rows in the window.
 --
--- One ASOF lookup per chain position (the entry cut) and one equi-join (the entry's next supply
--- row, sup_no + 1) settle almost every position: when the next row is not before the adoption
--- cut, nothing happened to the entry inside the window, so the exact cut sees the entry cut's
--- state; when, besides, every entry's rows are in step order (supply_ordered) and the row
--- before the entry cut is of an earlier step than the lookup's and the next row is not, the
--- state after the steps before the lookup (M0) is that state too; M1 adds a publication by
--- another request in the lookup step, which is then the next row, or the row after it when the
--- next row is the episode's own publication or a loss in that step (next_step says whether
--- there is such a row; if so the general lookup below decides):
+-- One ASOF lookup per chain position settles almost every position: the entry's first supply
+-- row at or after the entry cut (row n+1; a sentinel after its last row when there is none)
+-- carries the state before it (valid_before = the state at the entry cut), n, the previous
+-- row's step, and its own seq, step, kind and requester. When that row is not before the
+-- adoption cut, nothing happened to the entry inside the window, so the exact cut sees the
+-- entry cut's state; when, besides, every entry's rows are in step order (supply_ordered), row
+-- n is of an earlier step than the lookup's and row n+1 is not, the state after the steps
+-- before the lookup (M0) is that state too; M1 adds a publication by another request in the
+-- lookup step, which is then row n+1, or a later row of that step only if row n+1 is in the
+-- lookup step and row n+2 too (next_step; the general lookup below then decides):
 --
 --     entry e:  ... row n (step 5) | entry cut ... adoption cut (step 9) | row n+1 (step 12)
 --               exact = m0 = m1 = is_pub(row n)
 --
 -- The few other positions (a supply row of the entry inside the window or inside the lookup
 -- step, or a run whose steps go back) take the general lookups: ASOF at the adoption cut, ASOF
--- over the entry's per-step states (as in _step_supply) for M0 and an equi-join on the lookup step
--- for M1, over only those positions' entries.
+-- over the entry's per-step states (as in _step_supply) for M0 and an equi-join on the lookup
+-- step for M1, over only those positions' entries.
 CREATE OR REPLACE VIEW _chain_validity AS
 WITH supply_ordered AS (
-    SELECT coalesce(bool_and(step >= prev_max_step), true) AS ordered FROM _supply
+    SELECT coalesce(bool_and(step >= prev_step), true) AS ordered FROM _supply
+),
+after_cut AS (
+    -- every supply row, and a sentinel after each entry's last one (seq = max BIGINT)
+    SELECT is_rec, hash, seq, sup_no - 1 AS rows_before, valid_before, prev_step,
+           step, is_pub, request_id, next_step
+    FROM _supply
+    UNION ALL
+    SELECT is_rec, hash, 9223372036854775807, sup_no, is_pub, step, NULL, NULL, NULL, NULL
+    FROM _supply
+    WHERE is_last
 ),
 probe AS MATERIALIZED (
     SELECT
         c.ep, c.request_id, c.entry_seq, c.adopt_seq, c.adopt_step,
         c.is_rec, c.pos, c.hash, c.end_tokens, c.in_reach,
-        coalesce(fe.is_pub, false) AS valid_entry,
-        coalesce(fe.sup_no, 0) AS supply_before_entry,
+        coalesce(nx.valid_before, false) AS valid_entry,
+        coalesce(nx.rows_before, 0) AS supply_before_entry,
         nx.is_pub AND nx.step = c.adopt_step AND nx.request_id IS DISTINCT FROM c.request_id
             AS next_published_by_other,
         (c.adopt_seq IS NULL OR nx.seq IS NULL OR nx.seq >= c.adopt_seq)
         AND (c.adopt_step IS NULL
              OR (o.ordered
-                 AND (fe.step IS NULL OR fe.step < c.adopt_step)
+                 AND (nx.prev_step IS NULL OR nx.prev_step < c.adopt_step)
                  AND (nx.step IS NULL OR nx.step > c.adopt_step
                       OR (nx.step = c.adopt_step
                           AND ((nx.is_pub AND nx.request_id IS DISTINCT FROM c.request_id)
@@ -47,11 +58,8 @@ probe AS MATERIALIZED (
             AS settled
     FROM _chain AS c
     CROSS JOIN supply_ordered AS o
-    ASOF LEFT JOIN (SELECT is_rec, hash, seq, step, is_pub, sup_no FROM _supply) AS fe
-        ON fe.is_rec = c.is_rec AND fe.hash = c.hash AND c.entry_seq > fe.seq
-    LEFT JOIN (SELECT is_rec, hash, sup_no, seq, step, is_pub, request_id, next_step
-               FROM _supply) AS nx
-        ON nx.is_rec = c.is_rec AND nx.hash = c.hash AND nx.sup_no = coalesce(fe.sup_no, 0) + 1
+    ASOF LEFT JOIN after_cut AS nx
+        ON nx.is_rec = c.is_rec AND nx.hash = c.hash AND c.entry_seq <= nx.seq
 ),
 rest AS MATERIALIZED (
     SELECT * FROM probe WHERE NOT settled

@@ -30,8 +30,10 @@ SELECT
     *,
     row_number() OVER w AS sup_no,
     is_pub <> coalesce(lag(is_pub) OVER w, false) AS is_flip,
-    max(step) OVER (w ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_max_step,
-    lead(step) OVER w AS next_step
+    coalesce(lag(is_pub) OVER w, false) AS valid_before,
+    lag(step) OVER w AS prev_step,
+    lead(step) OVER w AS next_step,
+    lead(seq) OVER w IS NULL AS is_last
 FROM rows
 WINDOW w AS (PARTITION BY is_rec, hash ORDER BY seq);
 
@@ -47,5 +49,7 @@ COMMENT ON COLUMN _supply.requester IS 'request whose allocation caused the loss
 COMMENT ON COLUMN _supply.request_id IS 'request the event is about (producer of a publication)';
 COMMENT ON COLUMN _supply.sup_no IS '1-based number of the row among its entry''s supply rows, in seq order';
 COMMENT ON COLUMN _supply.is_flip IS 'the row changes the entry''s validity (a publication of an invalid or a loss of a valid entry)';
-COMMENT ON COLUMN _supply.prev_max_step IS 'largest step among the entry''s earlier rows (NULL for its first): step < prev_max_step is a step regression within the entry';
 COMMENT ON COLUMN _supply.next_step IS 'step of the entry''s next supply row (NULL for its last)';
+COMMENT ON COLUMN _supply.valid_before IS 'the entry was valid just before this row';
+COMMENT ON COLUMN _supply.prev_step IS 'step of the entry''s previous supply row (NULL for its first); step < prev_step: the entry''s steps go back here';
+COMMENT ON COLUMN _supply.is_last IS 'the entry''s last supply row';
