@@ -14,6 +14,7 @@ shows up in the step that reads them.
 With two SQL sets (``reference``: the ASOF-join formulation kept in ``lineage/sql/reference``;
 ``current``: ``lineage/sql``) the rounds are interleaved (A B A B ...) so both see the same load,
 and the last lines give each set's total per round and the ratio current / reference.
+``--check`` then compares every public view's rows between the two sets (exit 1 if any differ).
 """
 
 from __future__ import annotations
@@ -32,6 +33,19 @@ from lineage import views
 from lineage.table import table_meta
 
 READS = ("episode_lineage", "run_summary", "table_checks", "class_counts", "loss_causes")
+PUBLIC = ("episodes", "episode_lineage", "depth_changes", "class_counts", "run_summary",
+          "loss_causes", "table_checks")
+
+
+def public_rows(table: pa.Table, sql: str) -> dict[str, pa.Table]:
+    """Every public view of the SQL set ``sql`` over ``table``, rows sorted by every column."""
+    con = views.connect(table, materialize=True, sql=sql)
+    out = {}
+    for name in PUBLIC:
+        t = con.sql(f"SELECT * FROM {name}").to_arrow_table()
+        out[name] = t.sort_by([(c, "ascending") for c in t.column_names])
+    con.close()
+    return out
 
 
 def one_run(table: pa.Table, sql: str, threads: int | None) -> list[tuple[str, float, float]]:
@@ -61,6 +75,8 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--threads", type=int, default=None, help="DuckDB threads (default: all)")
     ap.add_argument("--json", default=None, metavar="OUT.json")
+    ap.add_argument("--check", action="store_true",
+                    help="compare every public view between reference and current")
     a = ap.parse_args()
     if not 1 <= a.rounds <= 20:
         print(f"--rounds must be 1..20, got {a.rounds}", file=sys.stderr)
@@ -103,6 +119,15 @@ def main() -> int:
     if a.json:
         Path(a.json).write_text(json.dumps({"path": a.path, "events": events,
                                             "runs": records}, indent=1))
+    if a.check:
+        ref, cur = public_rows(table, "reference"), public_rows(table, "current")
+        same = True
+        for name in PUBLIC:
+            equal = ref[name].equals(cur[name])
+            same = same and equal
+            print(f"# check {name}: {ref[name].num_rows:,} rows, "
+                  f"{'equal' if equal else 'DIFFER'}")
+        return 0 if same else 1
     return 0
 
 
