@@ -12,7 +12,8 @@
 -- carries the state before it (valid_before = the state at the entry cut), n, the previous
 -- row's step, and its own seq, step, kind and requester. When that row is not before the
 -- adoption cut, nothing happened to the entry inside the window, so the exact cut sees the
--- entry cut's state; when, besides, every entry's rows are in step order (supply_ordered), row
+-- entry cut's state; when, besides, every entry's rows are in step order (supply_ordered; no
+-- step is NULL), row
 -- n is of an earlier step than the lookup's and row n+1 is not, the state after the steps
 -- before the lookup (M0) is that state too; M1 adds a publication by another request in the
 -- lookup step, which is then row n+1, or a later row of that step only if row n+1 is in the
@@ -27,7 +28,8 @@
 -- step for M1, over only those positions' entries.
 CREATE OR REPLACE VIEW _chain_validity AS
 WITH supply_ordered AS (
-    SELECT coalesce(bool_and(step >= prev_step), true) AS ordered FROM _supply
+    SELECT coalesce(bool_and(step >= prev_step), true) AND count(step) = count(*) AS ordered
+    FROM _supply
 ),
 after_cut AS (
     -- every supply row, and a sentinel after each entry's last one (seq = max BIGINT)
