@@ -1,7 +1,7 @@
 """Lineage SQL at scale in bounded memory: 1M, 3M, 10M ... events, linear time.
 
     PYTHONPATH=. python benchmarks/bench_lineage_scale.py --tiles 1 3 10 [--memory-limit 4GB]
-        [--work DIR] [--cache DIR]
+        [--work DIR] [--cache DIR] [--sql current|reference]
 
 The ~1M-event S2 run of ``bench_lineage.py`` (simulated once, cached) is written as Parquet
 tiles, one independent copy per file (``bench_lineage.tile_copy``), one tile in memory at a
@@ -48,7 +48,7 @@ def write_tiles(base: Path, work: Path, count: int) -> list[str]:
     return paths
 
 
-def child(paths: list[str], work: Path, memory_limit: str) -> dict[str, object]:
+def child(paths: list[str], work: Path, memory_limit: str, sql: str) -> dict[str, object]:
     from lineage import views
 
     db = work / "lineage.duckdb"
@@ -59,7 +59,7 @@ def child(paths: list[str], work: Path, memory_limit: str) -> dict[str, object]:
     r0 = resource.getrusage(resource.RUSAGE_SELF)
     t0 = time.perf_counter()
     con = views.connect_parquet(paths, database=str(db), memory_limit=memory_limit,
-                                temp_directory=str(spill))
+                                temp_directory=str(spill), sql=sql)
     events = con.execute("SELECT count(*) FROM events").fetchall()[0][0]
     summary = con.sql("SELECT episodes, classified_episodes, shallower_episodes, "
                       "shallower_with_other_request_loss FROM run_summary").fetchall()[0]
@@ -76,7 +76,7 @@ def child(paths: list[str], work: Path, memory_limit: str) -> dict[str, object]:
             "attribution": f"{summary[3]}/{summary[2]}", "sql_wall_s": round(wall, 2),
             "sql_cpu_s": round(cpu, 2), "cpu_s_per_m_events": round(cpu / events * 1e6, 2),
             "peak_rss_mib": round(r1.ru_maxrss / 1024), "db_file_mib": round(db_bytes / 2**20),
-            "memory_limit": memory_limit, "load_avg": round(os.getloadavg()[0], 2)}
+            "memory_limit": memory_limit, "sql": sql, "load_avg": round(os.getloadavg()[0], 2)}
 
 
 def main() -> int:
@@ -86,6 +86,8 @@ def main() -> int:
     ap.add_argument("--memory-limit", default="4GB")
     ap.add_argument("--work", default="/tmp/hybridmem-bench/scale")
     ap.add_argument("--cache", default="/tmp/hybridmem-bench")
+    ap.add_argument("--sql", default="current", choices=["current", "reference"],
+                    help="the lineage SQL set (lineage.views.SQL_SETS)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if any(n < 1 for n in args.tiles):
@@ -95,7 +97,7 @@ def main() -> int:
     work.mkdir(parents=True, exist_ok=True)
     if args.child:
         paths = sorted(str(p) for p in work.glob("tile_*.parquet"))[:args.tiles[0]]
-        print(json.dumps(child(paths, work, args.memory_limit)), flush=True)
+        print(json.dumps(child(paths, work, args.memory_limit, args.sql)), flush=True)
         return 0
     base = build("S2", 1_000_000, Path(args.cache))
     write_tiles(base, work, max(args.tiles))
@@ -103,7 +105,8 @@ def main() -> int:
     for n in args.tiles:
         print(f"# {n} tile(s) ...", file=sys.stderr, flush=True)
         out = subprocess.run([sys.executable, __file__, "--child", "--tiles", str(n),
-                              "--work", str(work), "--memory-limit", args.memory_limit],
+                              "--work", str(work), "--memory-limit", args.memory_limit,
+                              "--sql", args.sql],
                              check=True, capture_output=True, text=True,
                              env={**os.environ, "PYTHONPATH": os.getcwd()})
         row = {"tiles": n, **json.loads(out.stdout.strip().splitlines()[-1])}

@@ -13,6 +13,7 @@ building blocks. The only values that vary per run (the two grids) are bound par
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -27,33 +28,44 @@ SQL_DIR = Path(__file__).with_name("sql")
 PARAMS = "_params"
 EVENTS = "events"
 
+# The SQL sets: ``current`` (lineage/sql, what every report uses) and ``reference``
+# (lineage/sql/reference: the first, ASOF-join formulation of the same views, frozen; kept as an
+# executable second opinion that tests and ``benchmarks/ab_lineage_sql.py`` compare with).
+SQL_SETS = {"current": SQL_DIR, "reference": SQL_DIR / "reference"}
+
+
+def _sql_dir(sql: str) -> Path:
+    if sql not in SQL_SETS:
+        raise ValueError(f"no lineage SQL set {sql!r}; have {sorted(SQL_SETS)}")
+    return SQL_SETS[sql]
+
 
 @cache
-def sql_names() -> tuple[str, ...]:
-    """Every SQL file's name (without ``.sql``), sorted."""
-    return tuple(sorted(p.stem for p in SQL_DIR.glob("*.sql")))
+def sql_names(sql: str = "current") -> tuple[str, ...]:
+    """Every SQL file's name (without ``.sql``) in the set ``sql``, sorted."""
+    return tuple(sorted(p.stem for p in _sql_dir(sql).glob("*.sql")))
 
 
 @cache
-def load_sql(name: str) -> str:
-    """The text of ``lineage/sql/<name>.sql``."""
-    if name not in sql_names():
-        raise KeyError(f"no lineage SQL named {name!r}; have {list(sql_names())}")
-    return (SQL_DIR / f"{name}.sql").read_text()
+def load_sql(name: str, sql: str = "current") -> str:
+    """The text of ``lineage/sql/<name>.sql`` (or of the ``sql`` set's file)."""
+    if name not in sql_names(sql):
+        raise KeyError(f"no lineage SQL named {name!r}; have {list(sql_names(sql))}")
+    return (_sql_dir(sql) / f"{name}.sql").read_text()
 
 
-def _references(name: str) -> set[str]:
+def _references(name: str, sql: str) -> set[str]:
     """Other SQL names the file mentions as whole words (its dependencies)."""
-    body = load_sql(name)
+    body = load_sql(name, sql)
     body = "\n".join(line.split("--", 1)[0] for line in body.splitlines())  # drop comments
     words = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", body))
-    return {n for n in sql_names() if n != name and n in words}
+    return {n for n in sql_names(sql) if n != name and n in words}
 
 
 @cache
-def creation_order() -> tuple[str, ...]:
+def creation_order(sql: str = "current") -> tuple[str, ...]:
     """SQL names in dependency order (``_params`` first); a cycle is a bug in the SQL."""
-    deps = {n: _references(n) for n in sql_names()}
+    deps = {n: _references(n, sql) for n in sql_names(sql)}
     order: list[str] = []
     done: set[str] = set()
     while len(order) < len(deps):
@@ -65,29 +77,37 @@ def creation_order() -> tuple[str, ...]:
     return tuple(order)
 
 
-def public_views() -> tuple[str, ...]:
-    return tuple(n for n in creation_order() if not n.startswith("_"))
+def public_views(sql: str = "current") -> tuple[str, ...]:
+    return tuple(n for n in creation_order(sql) if not n.startswith("_"))
 
 
 # Views that several later views read: computed once into tables by ``connect(materialize=)``.
 # DuckDB inlines views, so without this every reader recomputes the ASOF joins below it.
-HEAVY = ("_adoptions", "_entries", "_flips", "_step_supply", "_chain_validity",
-         "_episode_depths", "_boundaries", "_window_flips", "_boundary_transitions",
-         "depth_changes", "episode_lineage")
+HEAVY_SETS = {
+    "current": ("_adoptions", "_entries", "_supply", "_chain_validity",
+                "_episode_depths", "_window_flips", "_boundaries", "_boundary_transitions",
+                "depth_changes", "episode_lineage"),
+    "reference": ("_adoptions", "_entries", "_flips", "_step_supply", "_chain_validity",
+                  "_episode_depths", "_boundaries", "_window_flips", "_boundary_transitions",
+                  "depth_changes", "episode_lineage"),
+}
+HEAVY = HEAVY_SETS["current"]
 
 _IDENT = re.compile(r"^[a-z_][a-z0-9_]*$")
 
 
 def create_views(con: duckdb.DuckDBPyConnection, meta: RunMeta,
-                 materialize: tuple[str, ...] = ()) -> None:
+                 materialize: tuple[str, ...] = (), sql: str = "current",
+                 on_view: Callable[[str], None] | None = None) -> None:
     """Bind the grids into ``_params`` and create every view (the table ``events`` must exist).
 
     Names in ``materialize`` become tables holding the view's rows, swapped in under the same
     name once computed; the views after them then read the table. Their column comments are
     kept (``COMMENT ON COLUMN`` applies to tables too); the view comment is dropped.
+    ``on_view(name)`` is called after each one is created (the per-view timing uses it).
     """
-    for name in creation_order():
-        stmts = con.extract_statements(load_sql(name))
+    for name in creation_order(sql):
+        stmts = con.extract_statements(load_sql(name, sql))
         for i, st in enumerate(stmts):
             if name == PARAMS and i == 0:
                 con.execute(st.query, [meta.attention_grid_tokens, meta.recurrent_grid_tokens])
@@ -105,6 +125,8 @@ def create_views(con: duckdb.DuckDBPyConnection, meta: RunMeta,
             for st in stmts[1:]:
                 if not st.query.lstrip().upper().startswith("COMMENT ON VIEW"):
                     con.execute(st.query)
+        if on_view is not None:
+            on_view(name)
 
 
 def _settings(con: duckdb.DuckDBPyConnection, *, materialize: bool, threads: int | None,
@@ -128,14 +150,18 @@ def _settings(con: duckdb.DuckDBPyConnection, *, materialize: bool, threads: int
 
 def connect(table: pa.Table, meta: RunMeta | None = None, *, source: str = "table",
             copy: bool = True, materialize: bool = False, threads: int | None = None,
-            memory_limit: str | None = None) -> duckdb.DuckDBPyConnection:
+            memory_limit: str | None = None, sql: str = "current",
+            on_view: Callable[[str], None] | None = None) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB connection with ``events`` and every lineage view.
 
     ``copy`` loads the Arrow table into a DuckDB table once (the views scan it many times);
     ``copy=False`` registers it as a zero-copy Arrow scan instead. ``materialize`` computes the
     :data:`HEAVY` views once into tables (for reports that read several views); leave it off
     for ad-hoc queries of one view. ``meta`` defaults to the table's own ``hybridmem.meta``.
+    ``sql`` names the SQL set (:data:`SQL_SETS`); ``on_view`` see :func:`create_views` (it is
+    also called with ``events`` once the table is loaded).
     """
+    _sql_dir(sql)
     check_columns(table, source)
     meta = meta if meta is not None else table_meta(table, source)
     con = duckdb.connect()
@@ -147,13 +173,16 @@ def connect(table: pa.Table, meta: RunMeta | None = None, *, source: str = "tabl
         con.unregister("_events_arrow")
     else:
         con.execute(f"CREATE VIEW {EVENTS} AS SELECT * FROM _events_arrow")
-    create_views(con, meta, HEAVY if materialize else ())
+    if on_view is not None:
+        on_view(EVENTS)
+    create_views(con, meta, HEAVY_SETS[sql] if materialize else (), sql, on_view)
     return con
 
 
 def connect_parquet(paths: list[str], meta: RunMeta | None = None, *, database: str,
                     memory_limit: str, temp_directory: str, materialize: bool = True,
-                    threads: int | None = None) -> duckdb.DuckDBPyConnection:
+                    threads: int | None = None, sql: str = "current"
+                    ) -> duckdb.DuckDBPyConnection:
     """Like :func:`connect`, for event tables larger than memory: the Parquet files in
     ``paths`` (one run, e.g. written tile by tile) are read by DuckDB itself into the database
     file ``database`` (never into Python), under ``memory_limit``, spilling to
@@ -162,6 +191,7 @@ def connect_parquet(paths: list[str], meta: RunMeta | None = None, *, database: 
     """
     import pyarrow.parquet as pq
 
+    _sql_dir(sql)
     if not paths:
         raise ValueError("connect_parquet needs at least one Parquet file")
     for path in paths:
@@ -176,7 +206,7 @@ def connect_parquet(paths: list[str], meta: RunMeta | None = None, *, database: 
     columns = ", ".join(name for name in arrow_schema().names)
     # the column list comes from tracer.schema (our own identifiers); the paths are bound
     con.execute(f"CREATE TABLE {EVENTS} AS SELECT {columns} FROM read_parquet(?)", [paths])
-    create_views(con, meta, HEAVY if materialize else ())
+    create_views(con, meta, HEAVY_SETS[sql] if materialize else (), sql)
     return con
 
 

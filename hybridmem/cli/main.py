@@ -60,15 +60,18 @@ class _Parser(argparse.ArgumentParser):
         self.exit(USAGE_EXIT, f"{self.prog}: error: {one_line(message)}\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The whole CLI, or only the command ``only`` (its module alone is imported: ``run``
+    imports torch, ~3 CPU-seconds that ``hybridmem lineage`` need not pay)."""
     parser = _Parser(
         prog="hybridmem",
         description="Memory organization for hybrid attention-SSM LLM serving.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
-    for module_path in COMMANDS.values():
-        importlib.import_module(module_path).add_parser(sub)
+    for name, module_path in COMMANDS.items():
+        if only is None or name == only:
+            importlib.import_module(module_path).add_parser(sub)
     return parser
 
 
@@ -78,7 +81,8 @@ def _fail(command: str, message: str) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    words = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(words[0] if words and words[0] in COMMANDS else None)
     try:
         args = parser.parse_args(argv)
     except KeyboardInterrupt:

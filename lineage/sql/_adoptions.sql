@@ -3,13 +3,13 @@ CREATE OR REPLACE VIEW _adoptions AS
 SELECT
     request_id,
     preemption_count,
-    seq AS adopt_seq,
-    step AS adopt_step,
-    depth AS j_adopt,
-    count(*) OVER (PARTITION BY request_id, preemption_count) AS adoption_rows
+    min(seq) AS adopt_seq,
+    arg_min_null(step, seq) AS adopt_step,
+    arg_min_null(depth, seq) AS j_adopt,
+    count(*) AS adoption_rows
 FROM events
 WHERE kind = 'adoption' AND request_id <> ''
-QUALIFY row_number() OVER (PARTITION BY request_id, preemption_count ORDER BY seq) = 1;
+GROUP BY request_id, preemption_count;
 
 COMMENT ON VIEW _adoptions IS 'first adoption row per episode';
 COMMENT ON COLUMN _adoptions.request_id IS 'request id';

@@ -1,4 +1,5 @@
--- _boundaries: per windowed episode and recurrent boundary b (chain position rpos), the number of
+-- _boundaries: per recurrent boundary b (chain position rpos) of each episode with a validity
+-- change inside its waiting window (_window_flips; J cannot move in the others), the number of
 -- entries that b still lacks at waiting entry: invalid attention blocks among the first b/ga,
 -- blocks the attention chain does not reach, and the checkpoint itself if invalid. b is jointly
 -- reusable exactly when missing = 0, and J = the deepest such b.
@@ -8,14 +9,17 @@
 --     b=1024: blocks {0,1}: 1 invalid, ckpt . missing 2
 --     b=1536: blocks {0,1,2}: 1 invalid      missing 1     -> J = 512
 CREATE OR REPLACE VIEW _boundaries AS
-WITH att AS (
+WITH moved AS (
+    SELECT DISTINCT ep FROM _window_flips
+),
+att AS (
     SELECT
         ep,
         pos,
         sum(CASE WHEN valid_entry THEN 0 ELSE 1 END) OVER (PARTITION BY ep ORDER BY pos)
             AS invalid_through
     FROM _chain_validity
-    WHERE NOT is_rec AND has_window
+    WHERE NOT is_rec AND has_window AND ep IN (SELECT ep FROM moved)
 ),
 rec AS (
     SELECT
@@ -28,7 +32,7 @@ rec AS (
     FROM _chain_validity AS r
     CROSS JOIN _params AS p
     JOIN _entries AS e ON e.ep = r.ep
-    WHERE r.is_rec AND r.has_window
+    WHERE r.is_rec AND r.has_window AND r.ep IN (SELECT ep FROM moved)
 )
 SELECT
     rec.ep,
@@ -42,7 +46,7 @@ FROM rec
 LEFT JOIN att
     ON att.ep = rec.ep AND att.pos = least(rec.blocks_needed, rec.attention_keys) - 1;
 
-COMMENT ON VIEW _boundaries IS 'recurrent boundaries of windowed episodes and what each lacks at entry';
+COMMENT ON VIEW _boundaries IS 'recurrent boundaries of episodes with in-window changes and what each lacks at entry';
 COMMENT ON COLUMN _boundaries.ep IS 'episode id';
 COMMENT ON COLUMN _boundaries.rpos IS '0-based position in the recurrent chain';
 COMMENT ON COLUMN _boundaries.end_tokens IS 'tokens: the boundary b';

@@ -4,35 +4,122 @@
 --   m0:    after all steps < adopt_step                (lookup, step-ordered lower bound)
 --   m1:    m0, or published within adopt_step by a    (lookup, step-ordered upper bound)
 --          request other than the episode's own
--- The flip counts before the entry and adoption cuts delimit the changes inside the window.
+-- An entry's state at a seq cut is the is_pub of its last supply row before the cut (false when
+-- none); that row's sup_no at the entry and the adoption cut delimits the rows in the window.
+--
+-- One ASOF lookup per chain position settles almost every position: the entry's first supply
+-- row at or after the entry cut (row n+1; a sentinel after its last row when there is none)
+-- carries the state before it (valid_before = the state at the entry cut), n, the previous
+-- row's step, and its own seq, step, kind and requester. When that row is not before the
+-- adoption cut, nothing happened to the entry inside the window, so the exact cut sees the
+-- entry cut's state; when, besides, every entry's rows are in step order (supply_ordered; no
+-- step is NULL), row
+-- n is of an earlier step than the lookup's and row n+1 is not, the state after the steps
+-- before the lookup (M0) is that state too; M1 adds a publication by another request in the
+-- lookup step, which is then row n+1, or a later row of that step only if row n+1 is in the
+-- lookup step and row n+2 too (next_step; the general lookup below then decides):
+--
+--     entry e:  ... row n (step 5) | entry cut ... adoption cut (step 9) | row n+1 (step 12)
+--               exact = m0 = m1 = is_pub(row n)
+--
+-- The few other positions (a supply row of the entry inside the window or inside the lookup
+-- step, or a run whose steps go back) take the general lookups: ASOF at the adoption cut, ASOF
+-- over the entry's per-step states (as in _step_supply) for M0 and an equi-join on the lookup
+-- step for M1, over only those positions' entries.
 CREATE OR REPLACE VIEW _chain_validity AS
+WITH supply_ordered AS (
+    SELECT coalesce(bool_and(step >= prev_step), true) AND count(step) = count(*) AS ordered
+    FROM _supply
+),
+after_cut AS (
+    -- every supply row, and a sentinel after each entry's last one (seq = max BIGINT)
+    SELECT is_rec, hash, seq, sup_no - 1 AS rows_before, valid_before, prev_step,
+           step, is_pub, request_id, next_step
+    FROM _supply
+    UNION ALL
+    SELECT is_rec, hash, 9223372036854775807, sup_no, is_pub, step, NULL, NULL, NULL, NULL
+    FROM _supply
+    WHERE is_last
+),
+probe AS MATERIALIZED (
+    SELECT
+        c.ep, c.request_id, c.entry_seq, c.adopt_seq, c.adopt_step,
+        c.is_rec, c.pos, c.hash, c.end_tokens, c.in_reach,
+        coalesce(nx.valid_before, false) AS valid_entry,
+        coalesce(nx.rows_before, 0) AS supply_before_entry,
+        nx.is_pub AND nx.step = c.adopt_step AND nx.request_id IS DISTINCT FROM c.request_id
+            AS next_published_by_other,
+        (c.adopt_seq IS NULL OR nx.seq IS NULL OR nx.seq >= c.adopt_seq)
+        AND (c.adopt_step IS NULL
+             OR (o.ordered
+                 AND (nx.prev_step IS NULL OR nx.prev_step < c.adopt_step)
+                 AND (nx.step IS NULL OR nx.step > c.adopt_step
+                      OR (nx.step = c.adopt_step
+                          AND ((nx.is_pub AND nx.request_id IS DISTINCT FROM c.request_id)
+                               OR nx.next_step IS DISTINCT FROM c.adopt_step)))))
+            AS settled
+    FROM _chain AS c
+    CROSS JOIN supply_ordered AS o
+    ASOF LEFT JOIN after_cut AS nx
+        ON nx.is_rec = c.is_rec AND nx.hash = c.hash AND c.entry_seq <= nx.seq
+),
+rest AS MATERIALIZED (
+    SELECT * FROM probe WHERE NOT settled
+),
+rest_keys AS (
+    SELECT DISTINCT is_rec, hash FROM rest
+),
+rest_supply AS MATERIALIZED (
+    SELECT s.is_rec, s.hash, s.seq, s.step, s.is_pub, s.sup_no, s.request_id
+    FROM _supply AS s
+    SEMI JOIN rest_keys AS k ON k.is_rec = s.is_rec AND k.hash = s.hash
+),
+rest_steps AS MATERIALIZED (
+    -- _step_supply, for the entries of these positions only
+    SELECT
+        is_rec,
+        hash,
+        step,
+        arg_max(is_pub, seq) AS valid_after_step,
+        bool_or(is_pub) AS published_in_step,
+        CASE WHEN min(request_id) FILTER (WHERE is_pub) = max(request_id) FILTER (WHERE is_pub)
+             THEN min(request_id) FILTER (WHERE is_pub) END AS sole_publisher
+    FROM rest_supply
+    GROUP BY is_rec, hash, step
+)
 SELECT
-    c.ep,
-    c.is_rec,
-    c.pos,
-    c.hash,
-    c.end_tokens,
-    c.in_reach,
-    c.adopt_seq IS NOT NULL AS has_window,
-    coalesce(fe.is_pub, false) AS valid_entry,
-    coalesce(fe.flip_no, 0) AS flips_before_entry,
-    CASE WHEN c.adopt_seq IS NOT NULL THEN coalesce(fa.is_pub, false) END AS valid_exact,
-    CASE WHEN c.adopt_seq IS NOT NULL THEN coalesce(fa.flip_no, 0) END AS flips_before_adopt,
-    CASE WHEN c.adopt_step IS NOT NULL THEN coalesce(s0.valid_after_step, false) END AS valid_m0,
-    CASE WHEN c.adopt_step IS NOT NULL
+    ep, is_rec, pos, hash, end_tokens, in_reach,
+    adopt_seq IS NOT NULL AS has_window,
+    valid_entry,
+    supply_before_entry,
+    CASE WHEN adopt_seq IS NOT NULL THEN valid_entry END AS valid_exact,
+    CASE WHEN adopt_seq IS NOT NULL THEN supply_before_entry END AS supply_before_adopt,
+    CASE WHEN adopt_step IS NOT NULL THEN valid_entry END AS valid_m0,
+    CASE WHEN adopt_step IS NOT NULL THEN valid_entry OR coalesce(next_published_by_other, false)
+    END AS valid_m1
+FROM probe
+WHERE settled
+UNION ALL
+SELECT
+    r.ep, r.is_rec, r.pos, r.hash, r.end_tokens, r.in_reach,
+    r.adopt_seq IS NOT NULL AS has_window,
+    r.valid_entry,
+    r.supply_before_entry,
+    CASE WHEN r.adopt_seq IS NOT NULL THEN coalesce(fa.is_pub, false) END AS valid_exact,
+    CASE WHEN r.adopt_seq IS NOT NULL THEN coalesce(fa.sup_no, 0) END AS supply_before_adopt,
+    CASE WHEN r.adopt_step IS NOT NULL THEN coalesce(s0.valid_after_step, false) END AS valid_m0,
+    CASE WHEN r.adopt_step IS NOT NULL
          THEN coalesce(s0.valid_after_step, false)
-              OR coalesce(s1.published_in_step AND s1.sole_publisher IS DISTINCT FROM c.request_id,
+              OR coalesce(s1.published_in_step AND s1.sole_publisher IS DISTINCT FROM r.request_id,
                           false)
     END AS valid_m1
-FROM _chain AS c
-ASOF LEFT JOIN _flips AS fe
-    ON fe.is_rec = c.is_rec AND fe.hash = c.hash AND c.entry_seq > fe.seq
-ASOF LEFT JOIN _flips AS fa
-    ON fa.is_rec = c.is_rec AND fa.hash = c.hash AND c.adopt_seq > fa.seq
-ASOF LEFT JOIN _step_supply AS s0
-    ON s0.is_rec = c.is_rec AND s0.hash = c.hash AND c.adopt_step > s0.step
-LEFT JOIN _step_supply AS s1
-    ON s1.is_rec = c.is_rec AND s1.hash = c.hash AND s1.step = c.adopt_step;
+FROM rest AS r
+ASOF LEFT JOIN rest_supply AS fa
+    ON fa.is_rec = r.is_rec AND fa.hash = r.hash AND r.adopt_seq > fa.seq
+ASOF LEFT JOIN rest_steps AS s0
+    ON s0.is_rec = r.is_rec AND s0.hash = r.hash AND r.adopt_step > s0.step
+LEFT JOIN rest_steps AS s1
+    ON s1.is_rec = r.is_rec AND s1.hash = r.hash AND s1.step = r.adopt_step;
 
 COMMENT ON VIEW _chain_validity IS 'validity of each episode chain entry at the entry, exact, M0 and M1 cuts';
 COMMENT ON COLUMN _chain_validity.ep IS 'episode id';
@@ -43,8 +130,8 @@ COMMENT ON COLUMN _chain_validity.end_tokens IS 'tokens: block end / checkpoint 
 COMMENT ON COLUMN _chain_validity.in_reach IS 'can move J: a checkpoint or a block below the deepest checkpoint boundary';
 COMMENT ON COLUMN _chain_validity.has_window IS 'the episode was adopted after its entry';
 COMMENT ON COLUMN _chain_validity.valid_entry IS 'valid at the waiting-entry cut';
-COMMENT ON COLUMN _chain_validity.flips_before_entry IS 'validity changes of the entry before the waiting-entry cut';
+COMMENT ON COLUMN _chain_validity.supply_before_entry IS 'supply rows of the entry before the waiting-entry cut';
 COMMENT ON COLUMN _chain_validity.valid_exact IS 'valid at the adoption cut by seq (NULL: no window)';
-COMMENT ON COLUMN _chain_validity.flips_before_adopt IS 'validity changes before the adoption cut (NULL: no window)';
+COMMENT ON COLUMN _chain_validity.supply_before_adopt IS 'supply rows of the entry before the adoption cut (NULL: no window)';
 COMMENT ON COLUMN _chain_validity.valid_m0 IS 'valid after all steps before the lookup step (NULL: no step)';
 COMMENT ON COLUMN _chain_validity.valid_m1 IS 'valid_m0 or published within the lookup step by another request (NULL: no step)';

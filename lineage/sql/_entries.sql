@@ -10,15 +10,15 @@ WITH first_rows AS (
     SELECT
         request_id,
         preemption_count,
-        seq AS entry_seq,
-        step AS entry_step,
-        depth AS prompt_tokens,
-        coalesce(chain, CAST([] AS UBIGINT[])) AS chain,
-        coalesce(recurrent_chain, CAST([] AS UBIGINT[])) AS recurrent_chain,
-        count(*) OVER (PARTITION BY request_id, preemption_count) AS entry_rows
+        min(seq) AS entry_seq,
+        arg_min_null(step, seq) AS entry_step,
+        arg_min_null(depth, seq) AS prompt_tokens,
+        coalesce(arg_min_null(chain, seq), CAST([] AS UBIGINT[])) AS chain,
+        coalesce(arg_min_null(recurrent_chain, seq), CAST([] AS UBIGINT[])) AS recurrent_chain,
+        count(*) AS entry_rows
     FROM events
     WHERE kind = 'waiting_entry' AND request_id <> ''
-    QUALIFY row_number() OVER (PARTITION BY request_id, preemption_count ORDER BY seq) = 1
+    GROUP BY request_id, preemption_count
 )
 SELECT
     row_number() OVER (ORDER BY f.request_id, f.preemption_count) AS ep,

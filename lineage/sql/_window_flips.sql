@@ -1,7 +1,8 @@
 -- _window_flips: every validity change of an episode's chain entries inside its waiting window
--- (entry_seq, adopt_seq). The entry's flips numbered flips_before_entry+1 .. flips_before_adopt
--- are exactly those in the window, so an equi-join on flip_no enumerates them without a range
--- join over the whole history of popular keys. Blocks beyond the deepest checkpoint boundary
+-- (entry_seq, adopt_seq). The entry's supply rows numbered supply_before_entry+1 ..
+-- supply_before_adopt are exactly those in the window, so an equi-join on sup_no enumerates them
+-- (the flips among them are the changes) without a range join over the whole history of popular
+-- keys. Blocks beyond the deepest checkpoint boundary
 -- cannot move J and are left out.
 CREATE OR REPLACE VIEW _window_flips AS
 WITH wanted AS (
@@ -10,9 +11,9 @@ WITH wanted AS (
         is_rec,
         pos,
         hash,
-        unnest(range(flips_before_entry + 1, flips_before_adopt + 1)) AS flip_no
+        unnest(range(supply_before_entry + 1, supply_before_adopt + 1)) AS sup_no
     FROM _chain_validity
-    WHERE flips_before_adopt > flips_before_entry AND in_reach
+    WHERE supply_before_adopt > supply_before_entry AND in_reach
 )
 SELECT
     w.ep,
@@ -22,7 +23,7 @@ SELECT
     f.is_pub
 FROM wanted AS w
 JOIN _flips AS f
-    ON f.is_rec = w.is_rec AND f.hash = w.hash AND f.flip_no = w.flip_no;
+    ON f.is_rec = w.is_rec AND f.hash = w.hash AND f.sup_no = w.sup_no;
 
 COMMENT ON VIEW _window_flips IS 'validity changes of chain entries inside each waiting window';
 COMMENT ON COLUMN _window_flips.ep IS 'episode id of the waiting episode';

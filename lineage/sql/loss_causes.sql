@@ -8,10 +8,9 @@ SELECT
     s.cause,
     CASE WHEN s.is_rec THEN 'recurrent' ELSE 'attention' END AS state_kind,
     count(*) AS losses,
-    count(f.seq) AS effective_losses,
+    count(*) FILTER (WHERE s.is_flip) AS effective_losses,
     count(dec.seq) AS depth_decreasing_losses
 FROM _supply AS s
-LEFT JOIN _flips AS f ON f.seq = s.seq
 LEFT JOIN dec ON dec.seq = s.seq
 WHERE NOT s.is_pub
 GROUP BY s.cause, s.is_rec;

@@ -11,12 +11,23 @@ WITH s AS (
         count(*) FILTER (WHERE kind = 'end') AS end_records
     FROM events
 ),
-steps AS (
+step_bounds AS (
+    -- first seq of each known step; a supply row regresses when a later step began before it:
+    --     steps by seq  1 1 2 1 3   ->  the third "1" (after step 2 began) is one regression
+    SELECT step, min(seq) AS first_seq FROM _supply WHERE step >= 0 GROUP BY step
+),
+later_start AS (
     SELECT
         step,
-        max(step) OVER (ORDER BY seq ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_max
-    FROM _supply
-    WHERE step >= 0
+        min(first_seq) OVER (ORDER BY step DESC
+                             ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS later_first_seq
+    FROM step_bounds
+),
+regressions AS (
+    SELECT count(*) AS n
+    FROM _supply AS u
+    JOIN later_start AS l ON l.step = u.step
+    WHERE u.seq > l.later_first_seq
 )
 SELECT
     s.events,
@@ -25,8 +36,8 @@ SELECT
     coalesce(s.last_seq - s.first_seq + 1 - s.distinct_seqs, 0) AS seq_gaps,
     s.events - s.distinct_seqs AS duplicate_seqs,
     s.end_records,
-    (SELECT count(*) FROM steps WHERE step < prev_max) AS supply_step_regressions
-FROM s;
+    r.n AS supply_step_regressions
+FROM s CROSS JOIN regressions AS r;
 
 COMMENT ON VIEW table_checks IS 'integrity facts of the event table';
 COMMENT ON COLUMN table_checks.events IS 'rows in the table';

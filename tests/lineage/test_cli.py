@@ -128,3 +128,26 @@ def test_replay_scope_is_printed_and_selectable(tmp_path, capsys):
     assert code == 0 and "SQL vs replay: 2/2" in out and "[replay scope: all 2 requests]" in out
     code, out, _ = run_cli(capsys, "lineage", path, "--replay", "off")
     assert code == 0 and "not checked (replay off)" in out
+
+
+def test_lineage_command_does_not_import_torch():
+    """``hybridmem lineage`` builds only its own parser: the ``run`` command's module imports
+    torch (~3 CPU-seconds), which the lineage report never needs. Negative control: the full
+    parser (``hybridmem --help``) does import it."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    probe = ("import sys; from hybridmem.cli.main import main, build_parser; {call}; "
+             "print('torch' in sys.modules)")
+    env = {**os.environ, "PYTHONPATH": str(root)}
+
+    def torch_loaded(call: str) -> bool:
+        out = subprocess.run([sys.executable, "-c", probe.format(call=call)], env=env,
+                             check=True, capture_output=True, text=True).stdout
+        return out.strip().splitlines()[-1] == "True"
+
+    assert not torch_loaded("main(['lineage', 'views'])")
+    assert torch_loaded("build_parser()")
