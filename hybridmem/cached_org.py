@@ -75,6 +75,7 @@ class RequestState:
     computed: int = 0  # tokens whose state is written
     preemptions: int = 0
     retained: set[int] = field(default_factory=set)  # checkpoint idents exempt from release
+    keyed: int = 0  # leading blocks known to carry their key (publish starts after them)
 
     @property
     def holds_storage(self) -> bool:
@@ -156,7 +157,12 @@ class CachedOrganization(Organization):
 
     def append_tokens(self, request_id: str, token_ids: Sequence[int]) -> None:
         req = self._req(request_id)
-        req.tokens.extend(token_ids)
+        tokens = req.tokens
+        tokens.extend(token_ids)
+        n = len(tokens)
+        if n < (len(req.attn_chain) + 1) * self.attention_grid \
+                and n < (len(req.rec_chain) + 1) * self.recurrent_grid:
+            return  # no chunk completed (a decode step, nearly always): both chains unchanged
         extra = extra_keys(req.salt)
         for chain, kind, grid in ((req.attn_chain, StateKind.ATTENTION, self.attention_grid),
                                   (req.rec_chain, StateKind.RECURRENT, self.recurrent_grid)):
@@ -354,8 +360,16 @@ class CachedOrganization(Organization):
         return blocks, list(range(req.ckpt_top + gr, top + 1, gr))
 
     def pages_needed(self, request_id: str, num_tokens: int) -> Need:
-        blocks, bounds = self._growth(self._req(request_id), num_tokens)
-        return Need(blocks, self._ckpt_units(len(bounds)))
+        """``Need`` of :meth:`allocate` (same checks as :meth:`_growth`, counts only; no new
+        checkpoint boundary needs no recurrent unit, so ``_ckpt_units`` runs only for some)."""
+        req = self._req(request_id)
+        if not 0 <= num_tokens <= len(req.tokens):
+            self._growth(req, num_tokens)  # raises the ValueError naming the value
+        blocks = -(-num_tokens // self.attention_grid) - len(req.blocks)
+        gr = self.recurrent_grid
+        ckpts = len(range(req.ckpt_top + gr, -(-num_tokens // gr) * gr + 1, gr))
+        return Need(blocks if blocks > 0 else 0,
+                    self._ckpt_units(ckpts) if ckpts > 0 else 0)
 
     def can_allocate(self, request_id: str, num_tokens: int) -> bool:
         need = self.pages_needed(request_id, num_tokens)
@@ -498,6 +512,10 @@ class CachedOrganization(Organization):
         key = blk.key
         del self.attn_index[key]
         blk.key = 0
+        for holder in blk.holders:  # (invalidate only: a reclaimed block has no holders)
+            held_by = self.requests.get(holder)
+            if held_by is not None:
+                held_by.keyed = 0  # publish rescans: this block may publish again
         if self._emitting:
             self._emit(EventKind.LOSS, hash=key, depth=blk.depth, state_kind=StateKind.ATTENTION,
                        page=blk.page, cause=cause, requester=requester)
@@ -551,12 +569,24 @@ class CachedOrganization(Organization):
         published = []
         attn_index, emitting = self.attn_index, self._emitting
         # Block i ends at (i + 1) g_a; every block that can pass the depth test covers a full
-        # chunk, so it has a key: zip stops where the chain does only after that test fails.
-        for blk, key in zip(req.blocks, req.attn_chain, strict=False):
+        # chunk, so it has a key: the loop stops where the chain does only after that test
+        # fails. The first ``req.keyed`` blocks carry their key (a keyed block lies within
+        # ``computed``, and only _lose_block clears a key: it resets the holders' count), so
+        # they are skipped: the old full scan would only ``continue`` over them.
+        blocks, chain, keyed = req.blocks, req.attn_chain, req.keyed
+        for i in range(keyed, min(len(blocks), len(chain))):
+            blk = blocks[i]
             if blk.depth > computed:
                 break
-            if blk.key or key in attn_index:
-                continue  # already discoverable (adopted or another request's copy)
+            if blk.key:
+                if keyed == i:
+                    keyed = i + 1
+                continue  # already discoverable (published or adopted)
+            key = chain[i]
+            if key in attn_index:
+                continue  # another request's copy is discoverable
+            if keyed == i:
+                keyed = i + 1
             blk.key = key
             attn_index[key] = blk
             blk.pool.hold(blk.page)
@@ -565,7 +595,8 @@ class CachedOrganization(Organization):
                 self._emit(EventKind.PUBLICATION, request_id=request_id,
                            preemption_count=req.preemptions, hash=key, depth=blk.depth,
                            state_kind=StateKind.ATTENTION, page=blk.page)
-        pool = self._ckpt_pool()
+        req.keyed = keyed
+        pool = None
         for b, ck in sorted(req.ckpts.items()):
             if b > req.computed:
                 break
@@ -573,6 +604,8 @@ class CachedOrganization(Organization):
             if ck.key or key in self.rec_index:
                 continue
             assert self._complete(ck), f"publishing incomplete checkpoint {ck.ident} at {b}"
+            if pool is None:
+                pool = self._ckpt_pool()
             ck.key = key
             self.rec_index[key] = ck
             for p in self._ckpt_pages(ck):
@@ -596,14 +629,18 @@ class CachedOrganization(Organization):
 
     def release_superseded(self, request_id: str) -> list[int]:
         req = self._req(request_id)
-        done = [b for b in req.ckpts if b <= req.computed]
-        if not done:
-            return []
-        newest = max(done)
+        ckpts = req.ckpts
+        if len(ckpts) < 2:
+            return []  # nothing older than the newest: nothing to release or retain
+        computed, newest = req.computed, 0  # boundaries are > 0
+        for b in ckpts:
+            if newest < b <= computed:
+                newest = b
+        older = sorted(b for b in ckpts if b < newest)  # the only ones the loop can release
         kept = []
-        for b in sorted(req.ckpts):
-            ck = req.ckpts[b]
-            if b >= newest or ck.ident in req.retained:
+        for b in older:
+            ck = ckpts[b]
+            if ck.ident in req.retained:
                 continue
             if self.retention and ck.key:
                 demand = len(self.demand.get(ck.key, ()))
@@ -633,7 +670,7 @@ class CachedOrganization(Organization):
                            hash=blk.key, depth=blk.depth, state_kind=StateKind.ATTENTION,
                            page=blk.page, cause=cause)
             unref(blk, rid)
-        req.ckpt_top = req.computed = 0
+        req.ckpt_top = req.computed = req.keyed = 0
         req.retained.clear()
 
     def preempt(self, request_id: str) -> PinDecision | None:

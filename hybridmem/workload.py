@@ -255,7 +255,7 @@ def make_workload(spec: WorkloadSpec) -> Workload:
         requests.append(WorkloadRequest(
             request_id=rid,
             arrival_s=float(arrivals[i]),
-            prompt_token_ids=tuple(int(t) for t in prompt),
+            prompt_token_ids=tuple(prompt.tolist()),  # Python ints, as int(t) gives
             max_output_tokens=int(outputs[i]),
             cache_salt=f"isolate-{rid}" if spec.isolate else None,
             context_id=int(choice[i]),

@@ -168,9 +168,10 @@ class CostModel:
 
     def time(self, f: StepFeatures) -> StepCost:
         overhead = self.k.step_overhead_s + self.k.per_seq_overhead_s * f.seqs
-        parts = [self._roof(fl, b) for fl, b in self.parts(f)]
-        flops = sum(fl for fl, _ in self.parts(f))
-        nbytes = sum(b for _, b in self.parts(f))
+        fb = self.parts(f)
+        parts = [self._roof(fl, b) for fl, b in fb]
+        flops = sum(fl for fl, _ in fb)
+        nbytes = sum(b for _, b in fb)
         return StepCost(overhead + sum(parts), parts[0], parts[1], parts[2], parts[3], overhead,
                         flops, nbytes, f.checkpoints)
 

@@ -101,6 +101,8 @@ def simulate(scheduler: Any, requests: Sequence[WorkloadRequest], cost: CostMode
     now, nxt, steps, idle, done = 0.0, 0, 0, 0, 0
     total = len(pending)
     last_report = wall0
+    live = scheduler.requests  # request id -> vLLM Request (the scheduler's own dict)
+    gemm_s = attention_s = recurrent_s = checkpoint_s = overhead_s = 0.0
     while nxt < total or scheduler.has_unfinished_requests():
         while nxt < total and pending[nxt].arrival_s <= now:
             r = pending[nxt]
@@ -113,12 +115,13 @@ def simulate(scheduler: Any, requests: Sequence[WorkloadRequest], cost: CostMode
             continue
         out = scheduler.schedule()
         steps += 1
-        seqs, sampled_ids = [], []
+        seqs: list[Seq] = []
+        sampled: list[list[int]] = []
         for rid, n in out.num_scheduled_tokens.items():
-            req = scheduler.requests[rid]
-            seqs.append(Seq(int(n), int(req.num_computed_tokens) - int(n)))
-            if req.num_computed_tokens >= req.num_tokens:
-                sampled_ids.append(rid)
+            req = live[rid]
+            computed = req.num_computed_tokens
+            seqs.append(Seq(int(n), int(computed) - int(n)))
+            sampled.append([SYNTHETIC_TOKEN] if computed >= req.num_tokens else [])
         if not seqs:
             idle += 1
             if idle > MAX_IDLE_STEPS and nxt >= total:
@@ -135,13 +138,14 @@ def simulate(scheduler: Any, requests: Sequence[WorkloadRequest], cost: CostMode
         now += c.seconds
         if seqs:
             log.add(feats, c.seconds)
-        for name in ("gemm_s", "attention_s", "recurrent_s", "checkpoint_s", "overhead_s"):
-            parts[name] += getattr(c, name)
+        gemm_s += c.gemm_s
+        attention_s += c.attention_s
+        recurrent_s += c.recurrent_s
+        checkpoint_s += c.checkpoint_s
+        overhead_s += c.overhead_s
         ids = list(out.num_scheduled_tokens)
-        sampled = set(sampled_ids)
         mro = ModelRunnerOutput(req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)},
-                                sampled_token_ids=[[SYNTHETIC_TOKEN] if r in sampled else []
-                                                   for r in ids])
+                                sampled_token_ids=sampled)
         for eco in scheduler.update_from_output(out, mro).values():
             for o in eco.outputs:
                 rec = records[o.request_id]
@@ -158,4 +162,6 @@ def simulate(scheduler: Any, requests: Sequence[WorkloadRequest], cost: CostMode
             last_report = time.perf_counter()
             print(f"sim: {done}/{total} done, virtual {now:.1f} s, {steps} steps",
                   file=sys.stderr)
+    parts.update(gemm_s=gemm_s, attention_s=attention_s, recurrent_s=recurrent_s,
+                 checkpoint_s=checkpoint_s, overhead_s=overhead_s)
     return SimOutcome(records, now, steps, preempts[0], time.perf_counter() - wall0, log, parts)

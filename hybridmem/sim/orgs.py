@@ -164,10 +164,8 @@ def gpu_chunking_scheduler(org_scheduler: type) -> type:
     boundary from ``num_computed_tokens``."""
     from vllm.v1.core.sched.scheduler import Scheduler
 
-    def _mamba_block_aligned_split(self: Any, *args: Any, **kwargs: Any) -> int:
-        return int(Scheduler._mamba_block_aligned_split(self, *args, **kwargs))
-
+    # vLLM's own function itself (no wrapper: it runs for every scheduled request every step)
     return type("GpuChunkingOrgScheduler", (org_scheduler,),
-                {"_mamba_block_aligned_split": _mamba_block_aligned_split,
+                {"_mamba_block_aligned_split": Scheduler._mamba_block_aligned_split,
                  "__module__": __name__})
 

@@ -50,3 +50,64 @@ def test_bad_arguments_raise_with_values():
         hash_chain(A, TOKENS, 512, start=1000)
     with pytest.raises(ValueError, match="must be str, int or bytes"):
         chunk_hash(A, 0, [1], (1.5,))  # type: ignore[arg-type]
+
+
+def _reference_chain(kind, tokens, grid, extra=(), parent=0, start=0, token_fmt="<{}q"):
+    """The per-chunk encoding hash_chain had before its fast path (three updates per chunk)."""
+    import hashlib
+    import struct
+
+    from hybridmem.hashing import _encode_extra
+
+    keys = []
+    for lo in range(start, len(tokens) - grid + 1, grid):
+        chunk = tokens[lo:lo + grid]
+        h = hashlib.blake2b(digest_size=8)
+        h.update(struct.pack("<BQI", int(kind), parent, len(chunk)))
+        h.update(struct.pack(token_fmt.format(len(chunk)), *chunk))
+        h.update(_encode_extra(tuple(extra)))
+        parent = int.from_bytes(h.digest(), "big") or 1
+        keys.append(parent)
+    return keys
+
+
+def _cases():
+    import random
+
+    rng = random.Random(20261201)
+    extras = [(), extra_keys("alice"), ("cache_salt", "ü"), (7, b"\x00raw", -3)]
+    for _ in range(60):
+        grid = rng.choice([16, 32, 512, 48])
+        n = rng.randrange(0, 12 * grid)
+        tokens = [rng.randrange(0, 2**31) for _ in range(n)]
+        start = rng.randrange(0, 4) * grid
+        parent = rng.choice([0, 1, rng.randrange(2**64)])
+        yield rng.choice([A, R]), tokens, grid, rng.choice(extras), parent, start
+
+
+def test_fast_chain_hashes_the_same_bytes_as_the_per_chunk_encoding():
+    cases = list(_cases())
+    assert sum(len(_reference_chain(*c)) for c in cases) > 100  # not vacuous
+    for kind, tokens, grid, extra, parent, start in cases:
+        want = _reference_chain(kind, tokens, grid, extra, parent, start)
+        assert hash_chain(kind, tokens, grid, extra, parent, start) == want
+        assert hash_chain(kind, tuple(tokens), grid, extra, parent, start) == want
+    # negative control: the same reference with big-endian token ids differs wherever it hashes
+    kind, tokens, grid, extra, parent, start = A, TOKENS, 16, (), 0, 0
+    faulty = _reference_chain(kind, tokens, grid, extra, parent, start, token_fmt=">{}q")
+    good = hash_chain(kind, tokens, grid, extra, parent, start)
+    assert len(good) == 128 and all(f != g for f, g in zip(faulty, good, strict=True))
+
+
+@pytest.mark.parametrize("args", [
+    (A, [1, 2**63], 2, (), 0, 0),           # token out of int64 range: struct.error
+    (A, [1, 2, 3, 4], 2, (1.5,), 0, 0),     # bad extra key: ValueError
+    (A, [1, 2, 3, 4], 2, (), -1, 0),        # parent out of range: struct.error
+    (A, [1, 2, "x", 4], 2, (1.5,), 0, 0),   # bad extra found before the bad token of chunk 1
+])
+def test_bad_input_raises_what_the_per_chunk_encoding_raises(args):
+    with pytest.raises(Exception) as want:
+        _reference_chain(*args)
+    with pytest.raises(type(want.value), match=str(want.value).replace("(", r"\(")
+                       .replace(")", r"\)").replace("[", r"\[").replace("*", r"\*")):
+        hash_chain(*args)

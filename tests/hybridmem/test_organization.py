@@ -286,3 +286,29 @@ def test_accounting_matches_storage_formula(name):
         org.check_integrity()
     xa, xr, m = org.held()
     assert xa and xr and (m > 0) == (name == "S2")
+
+
+@pytest.mark.parametrize("name", ["S0", "S2", "D0"])
+def test_publish_republishes_a_held_block_after_invalidation(name):
+    """publish skips the leading blocks that carry their key (``RequestState.keyed``); an
+    invalidation of a block a running request holds must make the next publish offer it
+    again, as the full scan did. Negative control: with the skip count left stale, the block
+    would stay unpublished."""
+    org, obs = org_with(name, (4000, 8) if name == "D0" else 64)
+    tokens = CTX[:2000]
+    serve(org, "a", tokens, finish=False)
+    attn, _ = org.hash_chains("a")
+    req = org.requests["a"]
+    assert req.keyed == len(attn)  # every full block published and skipped from now on
+    assert org.publish("a", len(tokens)) == []
+    victim = attn[1]
+    assert org.invalidate(victim) and victim not in org.attn_index
+    assert req.keyed == 0
+    stale = org_with(name, (4000, 8) if name == "D0" else 64)[0]  # negative control
+    serve(stale, "a", tokens, finish=False)
+    assert stale.invalidate(victim)
+    stale.requests["a"].keyed = len(attn)  # the reset undone
+    assert stale.publish("a", len(tokens)) == []
+    assert org.publish("a", len(tokens)) == [victim]  # offered again, as the full scan did
+    assert org.attn_index[victim] is req.blocks[1]
+    assert kinds(obs, EventKind.PUBLICATION)[-1].hash == victim
