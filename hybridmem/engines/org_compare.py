@@ -40,7 +40,7 @@ class OrgRow:
 
 
 def run_org(org: str, out: Path, requests: int, share: float, seed: int, budget: str,
-            model: str = "tiny", rate: float = 1e6) -> OrgRow:
+            model: str = "tiny", rate: float = 1e6, chunk_tokens: int | None = None) -> OrgRow:
     import pyarrow.parquet as pq
 
     from hybridmem.engines.vllm_run import RunConfig, run_serving
@@ -49,7 +49,7 @@ def run_org(org: str, out: Path, requests: int, share: float, seed: int, budget:
 
     cfg = RunConfig(model=model, requests=requests, rate=rate, share=share, seed=seed, cap=8,
                     out=out, trace_dir=out / "trace", org=org, budget=budget,
-                    attention_fraction=0.5 if org == "D0" else None)
+                    attention_fraction=0.5 if org == "D0" else None, chunk_tokens=chunk_tokens)
     result = run_serving(cfg, progress=False)
     s = result.summary
     cap = s.get("org_plan", {}).get("capacity", {})
@@ -148,15 +148,18 @@ def _hf_tokens(model: Path, manifest: Path) -> list[list[int]]:
 
 
 def goals(out: Path, requests: int, share: float, seed: int, budget: str,
-          with_hf: bool) -> int:
-    """Token equality (vs --org vllm and transformers), invariants, traces, lineage, faults."""
+          with_hf: bool, chunk_tokens: int | None = 256) -> int:
+    """Token equality (vs --org vllm and transformers), invariants, traces, lineage, faults.
+    ``chunk_tokens`` (vLLM max_num_batched_tokens, every run): 256 admits several requests at
+    once at a small budget, so running requests preempt each other under every organization."""
     import pyarrow.parquet as pq
 
     from hybridmem.engines.tiny_model import resolve_model
     from hybridmem.engines.vllm_run import RunConfig, run_serving
 
     ref_cfg = RunConfig(requests=requests, rate=1e6, share=share, seed=seed, cap=8,
-                        out=out / "vllm", trace_dir=out / "vllm" / "trace")
+                        out=out / "vllm", trace_dir=out / "vllm" / "trace",
+                        chunk_tokens=chunk_tokens)
     ref = run_serving(ref_cfg, progress=False)
     ref_tokens = pq.read_table(ref.results_path).column("output_token_ids").to_pylist()
     ok = True
@@ -165,7 +168,8 @@ def goals(out: Path, requests: int, share: float, seed: int, budget: str,
         same = sum(a == b for a, b in zip(hf, ref_tokens, strict=True))
         print(f"--org vllm vs transformers: {same}/{len(hf)} requests equal")
         ok = ok and same == len(hf)
-    rows = [run_org(o, out / o, requests, share, seed, budget) for o in ORGS]
+    rows = [run_org(o, out / o, requests, share, seed, budget, chunk_tokens=chunk_tokens)
+            for o in ORGS]
     print(format_rows(rows))
     for r in rows:
         same = sum(a == b for a, b in zip(r.tokens, ref_tokens, strict=True))
@@ -177,7 +181,8 @@ def goals(out: Path, requests: int, share: float, seed: int, budget: str,
             d = out / f"{org}-{fault}"
             cfg = RunConfig(requests=requests, rate=1e6, share=share, seed=seed, cap=8, out=d,
                             trace_dir=d / "trace", org=org, budget=budget, fault=fault,
-                            attention_fraction=0.5 if org == "D0" else None)
+                            attention_fraction=0.5 if org == "D0" else None,
+                            chunk_tokens=chunk_tokens)
             s = run_serving(cfg, progress=False).summary
             toks = pq.read_table(d / "results.parquet").column("output_token_ids").to_pylist()
             changed = sum(a != b for a, b in zip(toks, ref_tokens, strict=True))
@@ -198,10 +203,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--share", type=float, default=0.8)
     p.add_argument("--seed", type=int, default=5)
     p.add_argument("--budget", default="b20")
+    p.add_argument("--max-num-batched-tokens", type=int, default=256, dest="chunk_tokens",
+                   help="tokens per engine step in every run (default 256)")
     p.add_argument("--hf", action="store_true", help="also compare with transformers")
     args = p.parse_args(argv)
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
-    return goals(args.out, args.requests, args.share, args.seed, args.budget, args.hf)
+    return goals(args.out, args.requests, args.share, args.seed, args.budget, args.hf,
+                 args.chunk_tokens)
 
 
 if __name__ == "__main__":

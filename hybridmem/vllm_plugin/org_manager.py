@@ -97,8 +97,10 @@ class OrgKVCacheManager:
                  ops: Organization | None = None, sink: Observer | None = None) -> None:
         from vllm.v1.kv_cache_interface import AttentionSpec, MambaSpec
         from vllm.v1.metrics.stats import PrefixCacheStats
+        from vllm.v1.request import RequestStatus
 
         self._stats_cls = PrefixCacheStats
+        self._admitting = (RequestStatus.WAITING, RequestStatus.PREEMPTED)
         self.plan = plan
         self.org = org
         self.ops: Organization = ops if ops is not None else org
@@ -244,14 +246,11 @@ class OrgKVCacheManager:
     def allocate_slots(self, request: Any, num_new_tokens: int, num_new_computed_tokens: int = 0,
                        new_computed_blocks: Any = None, num_lookahead_tokens: int = 0,
                        num_external_computed_tokens: int = 0, **_: Any) -> Any:
-        from vllm.v1.request import RequestStatus
-
         rid = self._sync(request)
         computed = request.num_computed_tokens
         total = min(computed + num_new_computed_tokens + num_external_computed_tokens
                     + num_new_tokens + num_lookahead_tokens, self._known[rid])
-        if request.status in (RequestStatus.WAITING, RequestStatus.PREEMPTED) \
-                and rid not in self._sent:
+        if request.status in self._admitting and rid not in self._sent:
             return self._admit(request, rid, num_new_computed_tokens, total,
                                computed + num_new_computed_tokens
                                + num_external_computed_tokens, num_new_tokens)
