@@ -64,23 +64,30 @@ def segmented_scan(original: Callable[..., Any], cuts: dict[int, list[int]],
         for k in range(max(len(p) - 1 for p in pieces)):
             rows = [r for r in range(batch) if len(pieces[r]) - 1 > k]
             spans = [(qs[r] + pieces[r][k], qs[r] + pieces[r][k + 1]) for r in rows]
-            idx = torch.cat([torch.arange(lo, hi) for lo, hi in spans]).to(x.device)
             lens = [hi - lo for lo, hi in spans]
             cu_k = torch.tensor([0, *accumulate(lens)], dtype=cu.dtype, device=cu.device)
             if k == 0:
                 init_k = init  # every row has a first piece
             else:
                 init_k = torch.stack([current[r] for r in rows])
-            out_k = torch.empty((len(idx), *out.shape[1:]), dtype=out.dtype, device=out.device)
             one = torch.arange(len(rows), device=cu.device)
             kw = dict(a)
-            kw.update(x=x.index_select(0, idx), dt=dt.index_select(0, idx),
-                      B=b_.index_select(0, idx), C=c_.index_select(0, idx),
-                      z=None if z is None else z.index_select(0, idx), cu_seqlens=cu_k,
-                      cu_chunk_seqlens=cu_k, last_chunk_indices=one, seq_idx=one, out=out_k,
-                      initial_states=init_k)
-            states = original(**kw)
-            out.index_copy_(0, idx, out_k)
+            kw.update(cu_seqlens=cu_k, cu_chunk_seqlens=cu_k, last_chunk_indices=one,
+                      seq_idx=one, initial_states=init_k)
+            if len(rows) == 1:  # one token range: views, the kernel writes into ``out``
+                lo, hi = spans[0]
+                kw.update(x=x[lo:hi], dt=dt[lo:hi], B=b_[lo:hi], C=c_[lo:hi],
+                          z=None if z is None else z[lo:hi], out=out[lo:hi])
+                states = original(**kw)
+            else:
+                idx = torch.cat([torch.arange(lo, hi) for lo, hi in spans]).to(x.device)
+                out_k = torch.empty((len(idx), *out.shape[1:]), dtype=out.dtype,
+                                    device=out.device)
+                kw.update(x=x.index_select(0, idx), dt=dt.index_select(0, idx),
+                          B=b_.index_select(0, idx), C=c_.index_select(0, idx),
+                          z=None if z is None else z.index_select(0, idx), out=out_k)
+                states = original(**kw)
+                out.index_copy_(0, idx, out_k)
             for j, r in enumerate(rows):
                 current[r] = states[j]
                 if k + 2 < len(pieces[r]):  # this piece ends at a cut, not at the row's end

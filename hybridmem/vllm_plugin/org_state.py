@@ -335,7 +335,11 @@ def _wrap_forward(original: Any) -> Any:
         if plan.tables is not None:
             store.read_rows(plan.tables, ssm[1:n], conv[1:n])
         kept = self.kv_cache
-        self.kv_cache = _views(self, store, ssm, conv, n)
+        views = getattr(self, "_hybridmem_views", None)
+        if views is None or views[0] is not ssm or views[1] != n:
+            views = (ssm, n, _views(self, store, ssm, conv, n))
+            self._hybridmem_views = views
+        self.kv_cache = views[2]
         by_layer[self.prefix] = plan.remapped
         sink: dict[str, dict[tuple[int, int], torch.Tensor]] = {"conv": {}, "ssm": {}}
         try:
