@@ -79,7 +79,7 @@ class OrganizationMachine(RuleBasedStateMachine):
     ORG = "S2"
     units = UNITS
     PIN_CHOICES: tuple[int | None, ...] = (None, 1, 1, 2, 3)  # K per program (None: Roff)
-    PIN_BUDGETS: tuple[int | None, ...] = (None, None, 1, 2)  # most simultaneous pins
+    PIN_BUDGETS: tuple[int | None, ...] = (None, 1, 1, 2)  # most simultaneous pins
     pin_budget: int | None = None
 
     def __init__(self) -> None:
@@ -322,6 +322,27 @@ class OrganizationMachine(RuleBasedStateMachine):
         toks = context_tokens(ctx, ctx_chunks * self.gr) + \
             [50_000 + 7 * self.counter + i for i in range(tail_len)]
         cache_salt = {"none": None, "team": "team", "mate": "mate", "own": rid}[salt]
+        note(f"{rid}: context {ctx} x {ctx_chunks} chunks + {tail_len}, salt {cache_salt}")
+        self._register(rid, toks, cache_salt)
+        self._admit(rid, 2, rounds, keep)
+
+    @precondition(lambda self: 0 < len(self.tokens) < MAX_REQUESTS)
+    @rule(i=st.integers(0, 63), tail=st.integers(1, 300), rounds=st.integers(0, 3),
+          keep=st.booleans())
+    def follow(self, i: int, tail: int, rounds: int, keep: bool) -> None:
+        """A request that repeats another's whole prompt (same salt) plus a tail: it finds
+        whatever the leader published, pinned or retained, so adoption hits, shared holding and
+        losses of shared entries are common."""
+        lead = self._pick(set(self.tokens), i)
+        rid = f"r{self.counter}"
+        self.counter += 1
+        toks = self.tokens[lead] + [70_000 + 11 * self.counter + j for j in range(tail)]
+        note(f"{rid}: follows {lead} + {tail}")
+        self._register(rid, toks, self.salts[lead])
+        self._admit(rid, 2, rounds, keep)
+
+    def _register(self, rid: str, toks: list[int], cache_salt: str | None) -> None:
+        assert self.debug is not None
         self.debug.add_request(rid, toks, cache_salt)
         self.tokens[rid], self.salts[rid] = toks, cache_salt
         self.model.reqs[rid] = Req()
@@ -331,10 +352,8 @@ class OrganizationMachine(RuleBasedStateMachine):
             self.cases.add("prompt ends on a block boundary")
         if cache_salt in ("team", "mate"):
             self.cases.add(f"salt {cache_salt}")
-        note(f"{rid}: context {ctx} x {ctx_chunks} chunks + {tail_len}, salt {cache_salt}")
         assert self.debug.hash_chains(rid) == tuple(map(tuple, self._chains(rid))), \
             "organization hash chains differ from the model's"
-        self._admit(rid, 2, rounds, keep)
 
     def _lookup(self, rid: str) -> LookupResult:
         assert self.debug is not None
@@ -522,8 +541,14 @@ class OrganizationMachine(RuleBasedStateMachine):
     def invalidate_shared(self, i: int) -> None:
         """Invalidate a checkpoint or block that is pinned or held by two requests (its
         holders then release, republish or pin a lost entry)."""
-        keys = sorted(k for k, e in self.model.index.items()
-                      if e in self.model.pins or len(e.holders) > 1)
+        keys = sorted(k for k, e in self.model.index.items() if e in self.model.pins and e.holders)
+        keys = keys or sorted(k for k, e in self.model.index.items()
+                              if e in self.model.pins or len(e.holders) > 1)
+        e = self.model.index[keys[i % len(keys)]]
+        if e in self.model.pins and e.holders:
+            self.cases.add("pinned entry lost while another request holds it")
+        elif len(e.holders) > 1:
+            self.cases.add("entry lost while two requests hold it")
         self.invalidate(i, keys)
 
     # -- invariants ----------------------------------------------------------------------------
