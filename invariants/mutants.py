@@ -252,7 +252,8 @@ MUTANTS: list[Mutant] = [
     # -- slabs -------------------------------------------------------------------------------
     _m("slab-full-one-early", "slabs", "hybridmem.conv_slab",
        "if self._used[page] == self.slots_per_slab:",
-       "if self._used[page] == self.slots_per_slab - 1:", orgs=("S2",)),
+       "if self._used[page] == self.slots_per_slab - 1:", orgs=("S2",),
+       geometry="syn-slots4-members2"),
     _m("slab-room-not-restored", "slabs", "hybridmem.conv_slab",
        "        self._with_room[ref.page] = None\n", "        pass\n", orgs=("S2",),
        geometry="syn-slots4-members2"),
