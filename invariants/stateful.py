@@ -194,24 +194,26 @@ class OrganizationMachine(RuleBasedStateMachine):
 
     def _slabs_age_first(self, events: list[Event]) -> None:
         """S2: a slab made cached by releasing a checkpoint is older in the LRU than that
-        checkpoint's member pages (so reclaim takes the slab, and all its checkpoints, first)."""
+        checkpoint's member pages (so reclaim takes the slab, and all its checkpoints, first).
+        Per slab, only the last checkpoint released in this operation can have made it cached."""
         assert self.org is not None and self.org.slabs is not None
-        order: dict[int, int] | None = None
+        last: dict[int, Event] = {}
         for ev in events:
-            if ev.kind not in (EventKind.RELEASE, EventKind.UNPIN) or not ev.hash \
-                    or ev.state_kind != StateKind.RECURRENT or ev.line < 0:
+            if ev.kind in (EventKind.RELEASE, EventKind.UNPIN) and ev.line >= 0 \
+                    and ev.state_kind == StateKind.RECURRENT:
+                last[ev.line // self.org.slabs.slots_per_slab] = ev
+        if not last:
+            return
+        order = {p: i for i, p in
+                 enumerate(self.org.pool_for(StateKind.RECURRENT).cached_pages())}
+        for slab, ev in last.items():
+            ck = self.org.rec_index.get(ev.hash) if ev.hash else None
+            if ck is None or slab not in order:
                 continue
-            ck = self.org.rec_index.get(ev.hash)
-            if ck is None:
-                continue
-            if order is None:
-                order = {p: i for i, p in
-                         enumerate(self.org.pool_for(StateKind.RECURRENT).cached_pages())}
-            slab = ev.line // self.org.slabs.slots_per_slab
             for m in ck.members:
-                assert slab not in order or m not in order or order[slab] < order[m], \
+                assert m not in order or order[slab] < order[m], \
                     f"slab page {slab} is younger in the LRU than member page {m} of the " \
-                    f"checkpoint at {ck.boundary} released with it"
+                    f"checkpoint at {ck.boundary} whose release made it cached"
 
     def _learn_location(self, ev: Event) -> None:
         """A publication names the entry's storage: a block's page; a checkpoint's first

@@ -25,7 +25,9 @@ REACHED = {
 REACHED_BY = {"S0": REACHED | {"checkpoint at L resident, not adopted"},
               "S1": REACHED | {"checkpoint at L resident, not adopted"},
               "S2": REACHED | {"checkpoint at L resident, not adopted", "LOSS SLAB_RECLAIM NONE"},
-              "D0": REACHED}  # D0: 16-token blocks never end a prompt on its 1,792 grid
+              # D0: 16-token blocks never end a prompt on its 1,792 grid, and with 1,792-token
+              # checkpoints a demand of 2 (retention kept, a pin skipped) is rare in 30 steps
+              "D0": REACHED - {"PIN NONE SKIPPED", "RETENTION NONE OK"}}
 
 
 @pytest.mark.parametrize("org", sorted(MACHINES))
