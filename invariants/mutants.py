@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+import types
 
 from invariants.mutation import Mutant, MutantResult, run_mutant
 
@@ -312,7 +313,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.seams:
         from invariants.mutation import patched_functions
-        seams = sorted({f"{m.module}.{getattr(o, '__name__', '')}.{a}".replace("..", ".")
+        seams = sorted({m.module + ("" if isinstance(o, types.ModuleType) else
+                                    f".{getattr(o, '__name__', '?')}") + f".{a}"
                         for m in chosen for o, a, _ in patched_functions(m)})
         print("\n".join(seams))
         return 0

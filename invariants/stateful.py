@@ -7,15 +7,17 @@ admits them (lookup, adopt, allocate), advances them (publish, release supersede
 allocate), preempts, finishes, evicts and invalidates, all on deliberately small pools so that
 reclaim, slab sharing, pinning and retention happen in almost every run.
 
-The reference model is plain dicts and sets:
-
-* ``keys``: discoverable key -> (state kind, depth), maintained only from PUBLICATION and LOSS
-  events; it must equal the organization's indexes after every step (no silent loss or
-  publication) and every event must be a real transition;
-* hash chains recomputed from the model's own tokens and salts;
-* the joint-reuse oracle (``A_max``, ``R_max``, ``J``) computed from ``keys`` alone;
-* each request's held extent (blocks, highest checkpoint) to predict ``pages_needed``;
-* accounting: allocated bytes equal the SPEC §3 formula for :meth:`held`.
+The reference model (:mod:`invariants.model`: logical entries, no pages) replays every
+operation and predicts, field by field, the events the organization must emit for it
+(PUBLICATION, ADOPTION incl. j = 0, ALLOCATION, RELEASE with cause and deepest-first order,
+PIN / UNPIN / RETENTION with demand and outcome); a LOSS from reclaim is checked instead
+(unprotected, oldest in the model's LRU). After every step the model's discoverable keys, demand
+and pins must equal the organization's. The machine adds: hash chains recomputed from its own
+tokens and salts; the joint-reuse oracle (``A_max``, ``R_max``, ``J``); ``pages_needed`` and
+available units from the model's protected entries; page / line ids of events stable from
+publication on; S2 slabs older in the LRU than the members released with them; accounting
+against the SPEC §3 formula for :meth:`held`. ``self.cases`` names the situations a program
+reached (the coverage tests require each one).
 
 Every step also runs the App. D.2 invariant checkers through :class:`DebugOrganization`.
 """
