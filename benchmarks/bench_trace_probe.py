@@ -77,7 +77,13 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     from hybridmem.engines.tiny_model import resolve_model
-    from hybridmem.engines.vllm_run import RunConfig, _engine, _scheduler, make_requests, vocab_size
+    from hybridmem.engines.vllm_run import (
+        RunConfig,
+        build_engine,
+        engine_scheduler,
+        make_requests,
+        vocab_size,
+    )
     from hybridmem.stats import paired_t_interval
     from hybridmem.vllm_plugin import tracing
     from tracer import verify
@@ -86,8 +92,8 @@ def main(argv: list[str] | None = None) -> int:
                     cap=args.cap, rate=math.inf)
     model = resolve_model(cfg.model, cfg.data_dir)
     requests = list(make_requests(cfg, vocab_size(model)).requests)
-    engine = _engine(cfg, model)
-    scheduler = _scheduler(engine)
+    engine = build_engine(cfg, model)
+    scheduler = engine_scheduler(engine)
     out = args.out or Path(tempfile.mkdtemp(prefix="bench-trace-probe-"))
     out.mkdir(parents=True, exist_ok=True)
 

@@ -5,7 +5,7 @@
 For each state dtype (bf16, fp32) and batch it times ``paged_selective_state_update`` over
 random member pages with every ``block_m`` x ``num_warps`` pair and prints time, bandwidth
 (state read + write plus activations over time) and the ratio to the current default, so the
-default tile (``_block_m``) can be chosen from measurements. Exits 0 without CUDA.
+default tile (``default_block_m``) can be chosen from measurements. Exits 0 without CUDA.
 """
 
 from __future__ import annotations
@@ -33,13 +33,13 @@ def main(argv: list[str] | None = None) -> int:
     import triton.testing
 
     from benchmarks.bench_kernels import ssm_call, ssm_case
-    from kernels.paged_ssm_update.kernel import _block_m, _num_warps
+    from kernels.paged_ssm_update.kernel import default_block_m, default_num_warps
 
     geo = PRESETS["falcon-h1-7b"]
     n = geo.d_state
     print(f"# {torch.cuda.get_device_name()}: heads {geo.mamba_heads}, head_dim "
           f"{geo.mamba_head_dim}, d_state {n}, groups {geo.n_groups}; default block_m "
-          f"{_block_m(n)}, {_num_warps(n)} warps")
+          f"{default_block_m(n)}, {default_num_warps(n)} warps")
     print(f"{'state':>5} {'batch':>5} {'block_m':>7} {'warps':>5} {'us':>8} {'GB/s':>6} "
           f"{'vs_default':>10}")
     gen = torch.Generator().manual_seed(0)

@@ -42,6 +42,8 @@ from hybridmem.org_interface import (
 )
 from hybridmem.page_pool import PagePool
 
+ACTIONS = {"reclaim": "reclaimed for reuse", "take": "reassigned"}
+
 
 class Invariant(Enum):
     COMPLETE_CHECKPOINT = "complete checkpoint"
@@ -75,7 +77,7 @@ class Checker:
     def __init__(self, org: CachedOrganization) -> None:
         self.org = org
         self.adopting: set[tuple[str, int]] = set()  # (pool, page) of an adoption in flight
-        self._on_page: dict[tuple[str, int], list[str]] | None = None  # built at first take
+        self._on_page: dict[tuple[str, int], list[object]] | None = None  # built at first take
         self.rpool = org.pool_for(StateKind.RECURRENT)
         self.apool = org.pool_for(StateKind.ATTENTION)
 
@@ -258,28 +260,40 @@ class Checker:
                                      _describe(self.org.owner[pool][page]),
                                      "last execution reference dropped while an adoption of "
                                      "this page is in flight")
-        if event == "reclaim":
-            self._on_page = None
-            for entry in self._discoverable_pages().get((pool, page), ()):
-                raise InvariantViolation(Invariant.INVALIDATE_BEFORE_REUSE, f"{pool} page {page}",
-                                         entry, "page reclaimed for reuse while a discoverable "
-                                         "entry still depends on it")
-        if event == "take":
-            if self._on_page is None:  # indexes do not change between the takes of one call
+        if event in ("reclaim", "take"):
+            if self._on_page is None:  # built once per call: no publication inside one call
                 self._on_page = self._discoverable_pages()
             for entry in self._on_page.get((pool, page), ()):
-                raise InvariantViolation(Invariant.INVALIDATE_BEFORE_REUSE, f"{pool} page {page}",
-                                         entry, "page reassigned while a discoverable entry "
-                                         "still depends on it")
+                if self._still_on(entry, page):  # the map may hold entries lost since
+                    raise InvariantViolation(
+                        Invariant.INVALIDATE_BEFORE_REUSE, f"{pool} page {page}",
+                        _describe(entry), f"page {ACTIONS[event]} while a discoverable entry "
+                        "still depends on it")
 
-    def _discoverable_pages(self) -> dict[tuple[str, int], list[str]]:
+    def _still_on(self, entry: object, page: int) -> bool:
+        """``entry`` is still discoverable and still stored on ``page``."""
         org = self.org
-        on: dict[tuple[str, int], list[str]] = {}
+        if isinstance(entry, Block):
+            return bool(entry.key) and org.attn_index.get(entry.key) is entry \
+                and entry.page == page
+        assert isinstance(entry, Checkpoint)
+        return bool(entry.key) and org.rec_index.get(entry.key) is entry \
+            and (page in entry.members or page in self.conv_units(entry))
+
+    def _discoverable_pages(self) -> dict[tuple[str, int], list[object]]:
+        """(pool, page) -> the discoverable entries stored on it (named only on a violation)."""
+        org = self.org
+        on: dict[tuple[str, int], list[object]] = {}
         for blk in org.attn_index.values():
-            on.setdefault((blk.pool.name, blk.page), []).append(_blk_name(blk))
+            key = (blk.pool.name, blk.page)
+            if key in on:
+                on[key].append(blk)
+            else:
+                on[key] = [blk]
+        rpool = self.rpool.name
         for ck in org.rec_index.values():
             for p in [p for p in ck.members if p >= 0] + self.conv_units(ck):
-                on.setdefault((self.rpool.name, p), []).append(_ck_name(ck))
+                on.setdefault((rpool, p), []).append(ck)
         return on
 
 

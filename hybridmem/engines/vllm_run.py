@@ -225,7 +225,9 @@ def _metric_total(name: str) -> float:
                      if m.name == name and isinstance(m, Counter)))
 
 
-def _engine(cfg: RunConfig, model: Path) -> Any:
+def build_engine(cfg: RunConfig, model: Path) -> Any:
+    """An in-process vLLM ``LLMEngine`` for ``cfg`` on ``model`` (with the organization's
+    engine arguments); benchmarks and tests reuse it."""
     from vllm import EngineArgs, LLMEngine
 
     kwargs: dict[str, Any] = dict(
@@ -375,18 +377,18 @@ def run_serving(cfg: RunConfig, progress: bool = True) -> RunResult:
         with scoped_env(env):  # the next engine of this process starts clean
             if cfg.org != "vllm":
                 org_state.set_poison(cfg.poison_vllm_state)
-            engine = _engine(cfg, model)
+            engine = build_engine(cfg, model)
         init_s = time.perf_counter() - t_init
     finally:
         if trace_path is not None:
             os.environ.pop("HYBRIDMEM_TRACE", None)
             os.environ.pop("HYBRIDMEM_TRACE_META", None)
     try:
-        check_budget_fits(cfg, _scheduler(engine), workload)
+        check_budget_fits(cfg, engine_scheduler(engine), workload)
     except HybridMemError:
         engine.engine_core.shutdown()
         raise
-    tracer = getattr(_scheduler(engine), "_hybridmem_tracer", None)
+    tracer = getattr(engine_scheduler(engine), "_hybridmem_tracer", None)
     if trace_path is not None:
         assert tracer is not None, "traced run but no tracer attached; this indicates a plugin bug"
         trace_path = Path(tracer.sink.path)
@@ -441,7 +443,7 @@ def run_serving(cfg: RunConfig, progress: bool = True) -> RunResult:
         if bar is not None:
             bar.close()
         preemptions = int(_metric_total("vllm:num_preemptions") - preempt0)
-        scheduler = _scheduler(engine)
+        scheduler = engine_scheduler(engine)
         arenas = observed_arenas(engine) if cfg.org != "vllm" else []
         engine.engine_core.shutdown()  # closes the trace (END)
         if cfg.poison_vllm_state:
@@ -501,7 +503,8 @@ def _violation(exc: BaseException) -> str | None:
     return None
 
 
-def _scheduler(engine: Any) -> Any:
+def engine_scheduler(engine: Any) -> Any:
+    """The scheduler inside an in-process engine (None when the engine core is remote)."""
     core = getattr(engine.engine_core, "engine_core", None)
     return getattr(core, "scheduler", None)
 

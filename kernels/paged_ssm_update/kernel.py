@@ -155,9 +155,9 @@ def _paged_ssm_update_kernel(
              cast_rtne(out, out_ptr.dtype.element_ty, NATIVE), mask=mask_m)
 
 
-def _block_m(d_state: int) -> int:
+def default_block_m(d_state: int) -> int:
     """Rows per program: 32/16/8 rows for d_state <= 16/32/larger (tiles of 512-2048 elements;
-    the 8-row tile for d_state > 64 is the H200 measurement in :func:`_num_warps`)."""
+    the 8-row tile for d_state > 64 is the H200 measurement in :func:`default_num_warps`)."""
     if d_state <= 16:
         return 32
     if d_state <= 32:
@@ -165,7 +165,7 @@ def _block_m(d_state: int) -> int:
     return 8
 
 
-def _num_warps(d_state: int) -> int:
+def default_num_warps(d_state: int) -> int:
     """Warps per program. For d_state > 64 (Falcon-H1-7B: 256) an [8, d_state] tile on 2 warps
     measured fastest on an H200 (``benchmarks/sweep_ssm_tiles.py``; 0.66-0.68x the time of
     [4, 256] on 4 warps with bf16 state, 0.85x with fp32). Smaller d_state: Triton's 4."""
@@ -216,7 +216,7 @@ def paged_selective_state_update(
     validate: check page ids on the host (one device sync) for range, all-or-nothing rows and
         write races; pass False on a hot path whose tables are known good.
     block_m, num_warps: tile rows per program and warps per program (powers of two); None picks
-        the measured defaults (``_block_m``, ``_num_warps``). For tuning sweeps.
+        the measured defaults (``default_block_m``, ``default_num_warps``). For tuning sweeps.
     Returns ``out``.
     """
     check_pool(pool, "pool")
@@ -249,7 +249,7 @@ def paged_selective_state_update(
     for name, v in (("block_m", block_m), ("num_warps", num_warps)):
         if v is not None and (v < 1 or v & (v - 1)):
             raise ValueError(f"{name} must be a power of two >= 1, got {v}")
-    block_m = min(block_m or _block_m(n), triton.next_power_of_2(dim))
+    block_m = min(block_m or default_block_m(n), triton.next_power_of_2(dim))
     grid = (triton.cdiv(dim, block_m), batch, heads)
     _paged_ssm_update_kernel[grid](
         pool, src_pages, dst,
@@ -267,6 +267,6 @@ def paged_selective_state_update(
         BLOCK_M=block_m,
         BLOCK_N=triton.next_power_of_2(n),
         NATIVE=NATIVE_CAST,
-        num_warps=num_warps or _num_warps(n),
+        num_warps=num_warps or default_num_warps(n),
     )
     return out

@@ -29,13 +29,13 @@ def test_detach_restores_vllm_methods_and_closes_the_trace(tiny_model: Path,
                                                            tmp_path: Path) -> None:
     from vllm import SamplingParams
 
-    from hybridmem.engines.vllm_run import RunConfig, _engine, _scheduler
+    from hybridmem.engines.vllm_run import RunConfig, build_engine, engine_scheduler
     from hybridmem.vllm_plugin import tracing
     from tracer import verify
 
-    engine = _engine(RunConfig(model=str(tiny_model), max_model_len=512), tiny_model)
+    engine = build_engine(RunConfig(model=str(tiny_model), max_model_len=512), tiny_model)
     try:
-        scheduler = _scheduler(engine)
+        scheduler = engine_scheduler(engine)
         objs = _objects(scheduler)
         assert all(name not in vars(objs[o]) for o, names in HOOKED.items() for name in names)
 

@@ -1,7 +1,18 @@
-"""Seeded bugs (a)-(f) of issue 3 and (g)-(h) of issue 14: each is applied with monkeypatch and
-the property suite (the state machines with the D.2 checkers) must fail on every organization the
-bug can affect; (g) and (h) run on the geometry that exposes them. The last test prints the
-mutation score of this set."""
+"""Mutation checks of the property suite.
+
+1. Seeded bugs (a)-(f) of issue 3 and (g)-(h) of issue 14, applied with monkeypatch: the state
+   machines (reference model + D.2 checkers) must fail on every organization the bug can affect;
+   (g) and (h) run on the geometry that exposes them. ``test_mutation_score`` prints their score.
+2. The one-line mutant set of ``invariants/mutants.py`` (92 source patches over the
+   organizations): every target text must still exist (fast), a fast subset (one mutant per
+   cluster) must be killed in the default suite, and the whole set is scored by the slow test
+   ``test_mutation_score_of_the_full_set`` (>= 95% of the non-equivalent mutants). The same
+   run as a script::
+
+       PYTHONPATH=. python -m invariants.mutants
+
+   last printed ``mutation score: 89/89 non-equivalent mutants killed (100.0%), 3 equivalent``.
+"""
 
 import pytest
 from hypothesis import HealthCheck, Phase, settings
@@ -12,6 +23,9 @@ from hybridmem.cached_org import CachedOrganization
 from hybridmem.checkpoint import Checkpoint
 from hybridmem.conv_slab import NO_LINE, SlotRef
 from hybridmem.dual_pools import DualPools
+from invariants.mutants import MUTANTS as ONE_LINE_MUTANTS
+from invariants.mutants import score
+from invariants.mutation import MutantTargetGone, patched_functions, run_mutant
 from invariants.stateful import GEOMETRIES, MACHINES, machine_for
 
 # No shrinking: a kill only needs one failing program, and its first report is enough.
@@ -146,3 +160,50 @@ def test_mutation_score(capsys):
               f"({100 * sum(KILLED.values()) / len(KILLED):.1f}%); survivors: "
               f"{sorted(k for k, v in KILLED.items() if not v) or 'none'}")
     assert all(KILLED.values())
+
+
+# ---- the one-line mutant set (invariants/mutants.py) -----------------------------------------
+BY_NAME = {m.name: m for m in ONE_LINE_MUTANTS}
+FAST = ["demand-evidence-when-absent", "pin-kept-after-finish", "pin-budget-off-by-one",
+        "release-checkpoints-shallowest-first", "lru-reclaims-newest", "adoption-only-on-hit",
+        "release-cause-dropped", "retention-threshold-strict", "adopt-stale-checkpoint",
+        "lookup-recurrent-at-length", "salt-length-only", "checkpoint-one-member-short"]
+FAST_SETTINGS = settings(MUTANT_SETTINGS, max_examples=100)
+
+
+def test_mutant_set_size_and_targets():
+    """At least 60 mutants; every target text exists exactly once and changes one function
+    (a refactor that moves the code fails here, naming the mutant, instead of scoring it)."""
+    assert len(ONE_LINE_MUTANTS) >= 60 and len(BY_NAME) == len(ONE_LINE_MUTANTS)
+    for m in ONE_LINE_MUTANTS:
+        assert len(patched_functions(m)) == 1, m.name
+
+
+def test_a_moved_target_fails_loudly():
+    from dataclasses import replace
+    with pytest.raises(MutantTargetGone, match="occurs 0 times"):
+        patched_functions(replace(ONE_LINE_MUTANTS[0], old="no such source text"))
+
+
+@pytest.mark.parametrize("name", FAST)
+def test_fast_mutant_is_killed(name):
+    result = run_mutant(BY_NAME[name], FAST_SETTINGS)
+    assert result.killed_on is not None, f"{name} survived"
+
+
+def test_mutants_are_undone():
+    """After a mutant ran, the organization behaves as the original (the machine passes)."""
+    run_mutant(BY_NAME["pin-kept-after-finish"], FAST_SETTINGS)
+    run_state_machine_as_test(MACHINES["S0"], settings=settings(FAST_SETTINGS, max_examples=30))
+
+
+@pytest.mark.slow
+def test_mutation_score_of_the_full_set(capsys):
+    results = [run_mutant(m) for m in ONE_LINE_MUTANTS]
+    killed, total = score(results)
+    survivors = [r.mutant.name for r in results if not r.mutant.equivalent and not r.killed_on]
+    with capsys.disabled():
+        print(f"\nmutation score: {killed}/{total} non-equivalent mutants killed "
+              f"({100 * killed / total:.1f}%), {len(results) - total} equivalent; survivors: "
+              f"{survivors or 'none'}")
+    assert killed >= 0.95 * total, survivors
