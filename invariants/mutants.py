@@ -147,11 +147,10 @@ MUTANTS: list[Mutant] = [
     _m("retention-not-remembered", "retention", CO,
        "                    req.retained.add(ck.ident)\n", "                    pass\n"),
     _m("superseded-releases-newest", "retention", CO,
-       "if b >= newest or ck.ident in req.retained:", "if b > newest or ck.ident in "
-       "req.retained:"),
+       "older = sorted(b for b in ckpts if b < newest)",
+       "older = sorted(b for b in ckpts if b <= newest)"),
     _m("superseded-ignores-last-computed", "retention", CO,
-       "done = [b for b in req.ckpts if b <= req.computed]",
-       "done = [b for b in req.ckpts if b < req.computed]"),
+       "if newest < b <= computed:", "if newest < b < computed:"),
     # -- checkpoint completeness -------------------------------------------------------------
     _m("checkpoint-one-member-short", "completeness", CO,
        "        for _ in range(self.members):\n", "        for _ in range(self.members - 1):\n",
