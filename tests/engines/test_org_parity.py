@@ -23,6 +23,7 @@ from tests.engines.test_parity import (
     _SHARED,
     MAX_TOKENS,
     PROMPTS,
+    hf_greedy,
     reference,  # noqa: F401  (fixture)
 )
 
@@ -34,19 +35,7 @@ BRANCH = [_SHARED[:192] + [17 + (13 * i + 5 * j) % 470 for i in range(n)]
 
 @pytest.fixture(scope="module")
 def branch_reference(tiny_model: Path) -> list[list[int]]:
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(str(tiny_model), dtype=torch.float32).eval()
-    model.generation_config.eos_token_id = None
-    out = []
-    with torch.no_grad():
-        for p in BRANCH:
-            ids = torch.tensor([p])
-            gen = model.generate(ids, max_new_tokens=MAX_TOKENS, do_sample=False,
-                                 attention_mask=torch.ones_like(ids), pad_token_id=0)
-            out.append(gen[0, len(p):].tolist())
-    return out
+    return hf_greedy(tiny_model, BRANCH)
 
 
 def _branch(llm: Any) -> tuple[list[list[int]], list[int]]:

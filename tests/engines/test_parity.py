@@ -39,22 +39,27 @@ def _shutdown(llm: Any) -> None:
     llm.llm_engine.engine_core.shutdown()
 
 
-@pytest.fixture(scope="module")
-def reference(tiny_model: Path) -> list[list[int]]:
+def hf_greedy(model_dir: Path, prompts: list[list[int]]) -> list[list[int]]:
+    """transformers' greedy MAX_TOKENS continuation of every prompt (never stopping early)."""
     import torch
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(str(tiny_model), dtype=torch.float32).eval()
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
     model.generation_config.eos_token_id = None  # like vLLM's ignore_eos: never stop early
     out = []
     with torch.no_grad():
-        for p in PROMPTS:
+        for p in prompts:
             ids = torch.tensor([p])
             gen = model.generate(ids, max_new_tokens=MAX_TOKENS, do_sample=False,
                                  attention_mask=torch.ones_like(ids), pad_token_id=0)
             out.append(gen[0, len(p):].tolist())
     assert all(len(o) == MAX_TOKENS for o in out), "reference stopped early"
     return out
+
+
+@pytest.fixture(scope="module")
+def reference(tiny_model: Path) -> list[list[int]]:
+    return hf_greedy(tiny_model, PROMPTS)
 
 
 def test_prefix_caching_off_matches_transformers(tiny_model: Path,
