@@ -120,9 +120,11 @@ class OrgStore:
         import torch
 
         from hybridmem.vllm_plugin.org_state import store_for
+        from hybridmem.vllm_plugin.resident import flush_all
 
         if block_id <= 0:
             raise ValueError(f"block id {block_id} is vLLM's null block (or negative)")
+        flush_all()  # rows the engine keeps resident are written to their pages first
         address = self.table.resolve(block_id)
         out = []
         for _, m in self.layers:
@@ -160,9 +162,11 @@ class OrgStore:
         import torch
 
         from hybridmem.vllm_plugin.org_state import store_for
+        from hybridmem.vllm_plugin.resident import flush_all
 
         if block_id <= 0:
             raise ValueError(f"block id {block_id} is vLLM's null block (or negative)")
+        flush_all()  # rows the engine keeps resident are written to their pages first
         a = self.table.resolve(block_id)
         conv, ssm = [], []
         for _, m in self.layers:

@@ -17,8 +17,8 @@ stale-checkpoint    scheduler an adopter's Mamba block table holds another check
 skip-invalidate     scheduler reclaiming a cached unit frees it without detaching or
                               invalidating the entries stored on it: they stay discoverable
                               while the unit is handed out again
-swap-members        worker    S1/S2 read two SSM member pages in the wrong order (the worker
-                              side's state helper implements it)
+swap-members        worker    S1/S2 read two SSM member pages in the wrong order when the
+                              forward reads a checkpoint (page-to-page copies stay right)
 ==================  ========  ============================================================
 """
 

@@ -60,6 +60,7 @@ from hybridmem.vllm_plugin.org_settings import (
     serving_grid,
     settings_from,
 )
+from hybridmem.vllm_plugin.resident import flush_all as flush_resident
 from hybridmem.vllm_plugin.state_table import activate as activate_state_table
 
 QUALNAME = SCHEDULER_QUALNAME
@@ -263,7 +264,10 @@ class OrgScheduler(Scheduler):
         return out
 
     def update_from_output(self, *args: Any, **kwargs: Any) -> Any:
-        return self._checked(super().update_from_output, *args, **kwargs)
+        out = self._checked(super().update_from_output, *args, **kwargs)
+        if not self.has_unfinished_requests():
+            flush_resident()  # idle: every page current for readers outside the engine
+        return out
 
     def _checked(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         """Run a scheduler step; with checks on, the App. D.2 checkers run after it. An
@@ -289,5 +293,6 @@ class OrgScheduler(Scheduler):
             tracer = getattr(self, TRACER_ATTR, None)
             if isinstance(tracer, OrgTracer):
                 tracer.close()
+            flush_resident()
             activate_state_table(None)  # a later engine in this process starts clean
             faults.activate(None)

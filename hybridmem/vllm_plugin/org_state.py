@@ -4,16 +4,19 @@ When a :class:`~hybridmem.vllm_plugin.state_table.StateTable` is active (organiz
 every ``MambaMixer2.conv_ssm_forward`` call of a step runs as::
 
     batch rows (decodes, then prefills)   block ids b_1..b_n  (0 = vLLM padding, skipped)
-        |  resolve: b_i -> StateAddress(members, conv)            (once per step)
+        |  resolve: b_i -> StateAddress(members, conv)    (once per step, for every layer)
         v
-    scratch rows 0..n   row 0 = padding (CPU conv kernels skip index 0: trap 2)
-        SSM [1 + n, members x page]  conv [1 + n, c]   <- LayerStore.read_rows (one indexed
-        |                                                 copy per state kind)
-        |  the original forward, on the scratch, with state indices b_i -> i
+    scratch slots (resident.Residency)   slot 0 = padding (CPU conv kernels skip index 0)
+        SSM [C, members x page]  conv [C, c]
+        |  a row whose key (b_i, address) held a slot last step keeps it: no copy;
+        |  a new row is read from its pages (LayerStore.read_rows: one indexed copy per kind);
+        |  a row gone from the batch is written back (LayerStore.write_rows) or, released, dropped
+        |  the original forward, on the scratch, with state indices b_i -> slot_i
         |  (+ boundary exports: a prefill row whose chunk crosses recurrent boundaries leaves
         |   each boundary's state, written to that boundary's checkpoint: boundary_export.py)
         v
-    rows 1..n written back to the same addresses (LayerStore.write_rows)
+    the rows stay in their slots (written back when they leave, before anything reads their
+    pages, when the engine goes idle, and at shutdown: resident.py's coherence rules)
 
 and align mode's boundary copy (``mamba_utils.collect_mamba_copy_meta``, before the forward:
 "checkpoint of the previous boundary -> checkpoint of the current one") becomes a copy
@@ -24,6 +27,9 @@ arena ``[num_pages, page_bytes]``, or -- ``arena mode "shared"`` with the organi
 :mod:`.org_geometry` -- the layer's slice of vLLM's one KV buffer itself, org page ``p`` being
 block ``p + 1`` (the bytes attention block ``p + 1`` of the same layer would use). D0's
 composites are always private (a separate recurrent pool).
+
+``HYBRIDMEM_ORG_RESIDENT=0`` (:func:`set_resident`) writes every row back at the next step's
+start instead, so every row is read and written every step (the A/B path of the residency).
 
 Check mode: ``HYBRIDMEM_POISON_VLLM_STATE=1`` (or :func:`set_poison`) fills vLLM's own rows of
 the step's block ids with NaN before every Mamba forward. With organization mode on, outputs
@@ -53,7 +59,8 @@ from hybridmem.vllm_plugin import faults, state_table
 from hybridmem.vllm_plugin.boundary_export import Sink, boundary_capture
 from hybridmem.vllm_plugin.org_geometry import PAGES_ATTR
 from hybridmem.vllm_plugin.org_storage import LayerStore, StateSizes, Tables
-from hybridmem.vllm_plugin.state_table import StateLayout, StateTable
+from hybridmem.vllm_plugin.resident import RESIDENT
+from hybridmem.vllm_plugin.state_table import StateAddress, StateLayout, StateTable
 
 POISON_ENV = "HYBRIDMEM_POISON_VLLM_STATE"
 ARENA_ENV = "HYBRIDMEM_ORG_ARENA"  # "auto" (default) | "private" | "shared"
@@ -61,7 +68,8 @@ ARENA_MODES = ("auto", "private", "shared")
 CHUNK_STOPS_ENV = "HYBRIDMEM_ORG_CHUNK_STOPS"  # "1": stop prefill chunks at every boundary
 _MARK = "_hybridmem_org_state"
 
-_settings = {"poison": False, "arena": "auto"}
+RESIDENT_ENV = "HYBRIDMEM_ORG_RESIDENT"  # "0": write every row back after each step
+_settings = {"poison": False, "arena": "auto", "resident": True}
 
 
 def set_poison(on: bool) -> None:
@@ -80,6 +88,12 @@ def set_arena_mode(mode: str) -> None:
     if mode not in ARENA_MODES:
         raise ValueError(f"arena mode {mode!r}; expected one of {', '.join(ARENA_MODES)}")
     _settings["arena"] = mode
+
+
+def set_resident(on: bool) -> None:
+    """Keep running rows in the scratch across steps (default), or read every row from its
+    pages and write it back every step (``HYBRIDMEM_ORG_RESIDENT=0``; for A/B checks)."""
+    _settings["resident"] = bool(on)
 
 
 def boundary_exports() -> bool:
@@ -165,16 +179,6 @@ def _views(layer: Any, store: LayerStore, ssm: torch.Tensor, conv: torch.Tensor,
             ssm[:rows, :s].view(ssm_dt).view(rows, *ssm_shape))
 
 
-def _scratch(layer: Any, store: LayerStore, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The layer's padded scratch (``LayerStore.new_rows``), at least ``rows`` rows."""
-    held = getattr(layer, "_hybridmem_scratch", None)
-    if held is None or held[0] is not store or held[1].shape[0] < rows:
-        ssm, conv = store.new_rows(max(rows, 8))
-        held = (store, ssm, conv)
-        layer._hybridmem_scratch = held
-    return held[1], held[2]
-
-
 # -- one step's plan ---------------------------------------------------------------------------
 class _Exports(NamedTuple):
     """This step's interior boundary states to write (state_table's boundary exports)."""
@@ -184,13 +188,18 @@ class _Exports(NamedTuple):
     tables: Tables  # the targets' addresses
 
 
-class _Plan(NamedTuple):
-    md: Any  # vLLM's metadata object the plan was made for (held, so identity stays unique)
+class _Step(NamedTuple):
+    """One step's worker plan, shared by every Mamba layer (one Mamba KV-cache group)."""
+
+    ctx: Any  # the step's metadata dict (held, so identity stays unique)
     table: StateTable
-    remapped: Any  # the same metadata with state indices pointing at scratch rows
-    tables: Tables | None  # addresses of scratch rows 1..n (None: no live row)
-    rows: int  # 1 + n
+    d: torch.Tensor | None  # state_indices_tensor_d with block ids -> scratch slots
+    p: torch.Tensor | None  # state_indices_tensor_p likewise
+    addresses: list[StateAddress]  # of the step's rows, in batch order
+    slots: list[int]  # each row's scratch slot (resident.Residency)
+    misses: list[int]  # rows whose state must be read from their pages this step
     exports: _Exports | None
+    remapped: dict[int, Any]  # id(vLLM metadata) -> the same with slot indices (per group md)
 
 
 def _export_plan(md: Any, table: StateTable, store: LayerStore) -> _Exports | None:
@@ -226,14 +235,24 @@ def _export_plan(md: Any, table: StateTable, store: LayerStore) -> _Exports | No
             addresses.append(table.resolve(block_id))
     if not keys:
         return None
+    RESIDENT.flush(addresses)  # their pages are read and written outside the slot map
     return _Exports(cuts, keys, store.tables(addresses))
 
 
-_last: list[_Plan] = []
+_last: list[_Step] = []
 
 
-def _plan(md: Any, table: StateTable, store: LayerStore) -> _Plan:
-    if _last and _last[0].md is md and _last[0].table is table:
+def _remap(t: torch.Tensor | None, slot_of: dict[int, int]) -> torch.Tensor | None:
+    if t is None:
+        return None
+    out = [slot_of[b] if b > 0 else 0 for b in t.reshape(-1).tolist()]  # 0: vLLM padding
+    return torch.tensor(out, dtype=t.dtype, device=t.device).view(t.shape)
+
+
+def _step(ctx: Any, md: Any, table: StateTable, store: LayerStore) -> _Step:
+    """This step's plan (made at its first Mamba layer): the rows' keys and slots, departed
+    rows written back (``resident``), the boundary exports."""
+    if _last and _last[0].ctx is ctx and _last[0].table is table:
         return _last[0]
     ip, idd = md.state_indices_tensor_p, md.state_indices_tensor_d
     if getattr(md, "checkpoint_meta", None) is not None:
@@ -243,28 +262,33 @@ def _plan(md: Any, table: StateTable, store: LayerStore) -> _Plan:
         raise NotImplementedError(f"{idd.shape[1]} state indices per decode row (speculative "
                                   "decoding) are not supported in organization mode")
     blocks: list[int] = []
-
-    def remap(t: torch.Tensor | None) -> torch.Tensor | None:
+    for t in (idd, ip):
         if t is None:
-            return None
-        out = []
+            continue
         for b in t.reshape(-1).tolist():
-            if b <= 0:
-                out.append(0)  # vLLM padding: scratch row 0, never gathered or scattered
-            else:
+            if b > 0:
                 if b in blocks:
-                    raise AssertionError(f"block id {b} serves two batch rows in one step; this "
-                                         "indicates a block table bug")
+                    raise AssertionError(f"block id {b} serves two batch rows in one step; "
+                                         "this indicates a block table bug")
                 blocks.append(b)
-                out.append(len(blocks))
-        return torch.tensor(out, dtype=t.dtype, device=t.device).view(t.shape)
+    addresses = [table.resolve(b) for b in blocks]
+    RESIDENT.bind(table)
+    if not _settings["resident"]:
+        RESIDENT.flush_all()  # every row read and written back every step (the A/B path)
+    plan = RESIDENT.begin_step(list(zip(blocks, addresses, strict=True)))
+    slot_of = dict(zip(blocks, plan.slots, strict=True))
+    step = _Step(ctx, table, _remap(idd, slot_of), _remap(ip, slot_of), addresses, plan.slots,
+                 plan.misses, _export_plan(md, table, store), {})
+    _last[:] = [step]
+    return step
 
-    remapped = dataclasses.replace(md, state_indices_tensor_d=remap(idd),
-                                   state_indices_tensor_p=remap(ip))
-    tables = store.tables([table.resolve(b) for b in blocks]) if blocks else None
-    plan = _Plan(md, table, remapped, tables, 1 + len(blocks), _export_plan(md, table, store))
-    _last[:] = [plan]
-    return plan
+
+def _remapped(step: _Step, md: Any) -> Any:
+    held = step.remapped.get(id(md))
+    if held is None or held[0] is not md:
+        held = step.remapped[id(md)] = (md, dataclasses.replace(
+            md, state_indices_tensor_d=step.d, state_indices_tensor_p=step.p))
+    return held[1]
 
 
 def _write_exports(layer: Any, store: LayerStore, ex: _Exports, sink: Sink) -> None:
@@ -329,32 +353,30 @@ def _wrap_forward(original: Any) -> Any:
                                    "StateTable is: the Mamba state has no home")
             return original(self, projected_states, output)
         store = store_for(self, table)
-        plan = _plan(md, table, store)
-        ssm, conv = _scratch(self, store, plan.rows)
-        n = plan.rows
-        if plan.tables is not None:
-            store.read_rows(plan.tables, ssm[1:n], conv[1:n])
+        step = _step(by_layer, md, table, store)
+        lay = RESIDENT.scratch(self.prefix, store)
+        if step.misses:
+            RESIDENT.read(lay, [step.slots[i] for i in step.misses],
+                          [step.addresses[i] for i in step.misses])
         kept = self.kv_cache
         views = getattr(self, "_hybridmem_views", None)
-        if views is None or views[0] is not ssm or views[1] != n:
-            views = (ssm, n, _views(self, store, ssm, conv, n))
+        if views is None or views[0] is not lay.ssm:
+            views = (lay.ssm, _views(self, store, lay.ssm, lay.conv, RESIDENT.capacity))
             self._hybridmem_views = views
-        self.kv_cache = views[2]
-        by_layer[self.prefix] = plan.remapped
+        self.kv_cache = views[1]
+        by_layer[self.prefix] = _remapped(step, md)
         sink: dict[str, dict[tuple[int, int], torch.Tensor]] = {"conv": {}, "ssm": {}}
         try:
-            if plan.exports is None:
+            if step.exports is None:
                 result = original(self, projected_states, output)
             else:
-                with boundary_capture(plan.exports.cuts, sink):
+                with boundary_capture(step.exports.cuts, sink):
                     result = original(self, projected_states, output)
         finally:
             self.kv_cache = kept
             by_layer[self.prefix] = md
-        if plan.tables is not None:
-            store.write_rows(plan.tables, ssm[1:n], conv[1:n])
-        if plan.exports is not None:
-            _write_exports(self, store, plan.exports, sink)
+        if step.exports is not None:
+            _write_exports(self, store, step.exports, sink)
         return result
 
     setattr(conv_ssm_forward, _MARK, True)
@@ -381,6 +403,8 @@ def _wrap_copy(original: Any) -> Any:
             block_ids = req_state.block_ids[gid]
             src = table.resolve(block_ids[src_block_idx])
             dst = table.resolve(block_ids[dest_block_idx])
+            RESIDENT.flush((src,))  # the copy reads src's pages: make them current
+            RESIDENT.forget((dst,))  # and overwrites dst's whole
             for name in kv_cache_config.kv_cache_groups[gid].layer_names:
                 store_for(forward_context[name], table).copy(src, dst)
         return None
@@ -396,6 +420,7 @@ def install() -> bool:
 
     set_poison(os.environ.get(POISON_ENV, "0") not in ("", "0"))
     set_arena_mode(os.environ.get(ARENA_ENV, "auto"))
+    set_resident(os.environ.get(RESIDENT_ENV, "1") not in ("", "0"))
     if not getattr(MambaMixer2.conv_ssm_forward, _MARK, False):
         MambaMixer2.conv_ssm_forward = _wrap_forward(MambaMixer2.conv_ssm_forward)
     if not getattr(mamba_utils.collect_mamba_copy_meta, _MARK, False):

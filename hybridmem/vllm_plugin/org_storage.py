@@ -144,8 +144,9 @@ class LayerStore:
 
     ``pages``: an existing byte buffer ``[>= num_pages, page_bytes]`` to store in (the shared
     pool, physically shared with attention), or None to allocate a private zeroed arena.
-    ``swap_members``: the ``swap-members`` fault -- reads take member pages 0 and 1 in the wrong
-    order (S1/S2 with >= 2 members; writes stay right, so the damage persists).
+    ``swap_members``: the ``swap-members`` fault -- reads of a checkpoint into rows
+    (:meth:`gather`, :meth:`read_rows`) take member pages 0 and 1 in the wrong order (S1/S2
+    with >= 2 members; writes and page-to-page copies stay right, so the damage persists).
     """
 
     def __init__(self, layout: StateLayout, sizes: StateSizes, pages: torch.Tensor | None = None,
@@ -252,12 +253,16 @@ class LayerStore:
         CPU: one ``index_select`` of every member row (the last member whole: the padding
         receives the rest of that page) and one of every conv line, straight into the scratch.
         Equal to :meth:`gather` on the first ``s`` SSM bytes (tested)."""
+        self._read_rows(t, ssm, conv, self.swap_members)
+
+    def _read_rows(self, t: Tables, ssm: torch.Tensor, conv: torch.Tensor, swap: bool) -> None:
         members = t.members
-        if self.swap_members:
+        if swap:
             members = members[:, [1, 0, *range(2, members.shape[1])]]
         sw = self.sizes.ssm_bytes // self.word
         if self.device.type == "cuda":  # untested here: no device was lent to this session
-            self.gather(t, self.words(ssm)[:, :sw], self.words(conv))
+            _gather(self.ssm_pool, members, self.words(ssm)[:, :sw])
+            _gather(self.conv_pool, t.conv[:, None], self.words(conv))
             return
         e = self.ssm_pool.shape[1]
         torch.index_select(self.ssm_pool, 0, members.reshape(-1),
@@ -278,15 +283,14 @@ class LayerStore:
 
     def copy_many(self, src: Tables, dst: Tables) -> None:
         """Checkpoints ``dst[i]`` <- ``src[i]`` for every i (align mode's boundary copies of one
-        step, batched). No ``dst`` may appear twice or as a ``src``."""
+        step, batched). No ``dst`` may appear twice or as a ``src``. A page-to-page copy moves
+        members in order even under the ``swap-members`` fault (that fault is the forward's
+        read of a checkpoint; a copy that swapped too would undo it on the next read)."""
         if self.device.type == "cuda":  # untested here: no device was lent to this session
             ssm, conv = self.new_rows(int(src.conv.shape[0]))
-            self.read_rows(src, ssm, conv)
+            self._read_rows(src, ssm, conv, swap=False)
             self.write_rows(dst, ssm, conv)
             return
-        members = src.members
-        if self.swap_members:  # a read takes the members swapped, the write stays right
-            members = members[:, [1, 0, *range(2, members.shape[1])]]
         self.ssm_pool.index_copy_(0, dst.members.reshape(-1),
-                                  self.ssm_pool.index_select(0, members.reshape(-1)))
+                                  self.ssm_pool.index_select(0, src.members.reshape(-1)))
         self.conv_pool.index_copy_(0, dst.conv, self.conv_pool.index_select(0, src.conv))

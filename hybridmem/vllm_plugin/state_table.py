@@ -133,6 +133,10 @@ class StateTable:
             print(f"{VIOLATION_MARK} {line}", file=sys.stderr, flush=True)  # --server: the log
             raise UnregisteredBlock(line) from None
 
+    def peek(self, block_id: int) -> StateAddress | None:
+        """The block id's address, or None when it has none (no violation reported)."""
+        return self._by_block.get(block_id)
+
     def __len__(self) -> int:
         return len(self._by_block)
 

@@ -1,0 +1,190 @@
+"""Running recurrent state kept in the scratch across steps (write-back residency).
+
+Without it, every step of every Mamba layer reads each row's checkpoint from its pages into a
+contiguous scratch row and writes it back after the forward; a decoding request does that at
+the same address step after step. With it, a row keeps its scratch slot while its key stays in
+the batch::
+
+    key = (block id, StateAddress)          the row's checkpoint, as the StateTable maps it
+
+    step t      keys k_1..k_n -> slots s_1..s_n (slot 0: vLLM padding, never a key)
+    step t+1    a key seen at step t keeps its slot       no read, no write
+                a new key takes a free slot               read from its pages
+                a key gone from the batch                 written back to its pages when the
+                                                          table still maps its block id to that
+                                                          address, else dropped (released)
+
+Coherence. The scratch holds the newest bytes of every resident key (all keys are dirty). Every
+other access to a checkpoint's pages first goes through :meth:`Residency.flush` /
+:meth:`Residency.forget` for the addresses it touches:
+
+    align-mode copy src -> dst      flush(src) (written back, no longer resident); forget(dst)
+    boundary exports                flush(their targets)
+    readers outside the engine      flush_all() (continuation checks, the idle engine, shutdown)
+
+Pages are never written by anything else while their checkpoint is live (the manager drops a
+block's address before the storage can be reused, ``state_table``), and a key lives at most one
+step past its last batch: the first Mamba forward of the next step writes it back or drops it,
+before any read of that step. Every layer sees the same block ids in a step (one Mamba
+KV-cache group, ``org_manager``), so one slot map serves all layers; each layer has its own
+scratch rows at those slots.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, NamedTuple
+
+import torch
+
+from hybridmem.vllm_plugin.org_storage import LayerStore
+from hybridmem.vllm_plugin.state_table import StateAddress, StateTable
+
+Key = tuple[int, StateAddress]
+
+
+class Step(NamedTuple):
+    """One step's rows: ``slots[i]`` holds row i's state; rows ``misses`` must be read."""
+
+    slots: list[int]
+    misses: list[int]  # indices into ``slots`` (and the step's keys) of rows not resident
+
+
+class _Layer(NamedTuple):
+    store: LayerStore
+    ssm: torch.Tensor  # [capacity, members x member bytes]
+    conv: torch.Tensor  # [capacity, conv bytes]
+
+
+class Residency:
+    """The process's slot map and per-layer scratch (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.table: StateTable | None = None
+        self.slots: dict[Key, int] = {}
+        self.capacity = 0
+        self.epoch = 0  # bumped whenever the scratch is reallocated
+        self.layers: dict[str, _Layer] = {}
+        self.reads = 0  # rows read from pages / written back (for tests and benchmarks)
+        self.writes = 0
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def bind(self, table: StateTable) -> None:
+        """Serve ``table``; a different table starts empty (its engine's stores are new)."""
+        if table is not self.table:
+            self.table = table
+            self.slots.clear()
+            self.layers.clear()
+            self.capacity = 0
+            self.epoch += 1
+
+    def scratch(self, prefix: str, store: LayerStore) -> _Layer:
+        """The layer's scratch at the current capacity (allocated on first use)."""
+        held = self.layers.get(prefix)
+        if held is None or held.store is not store or held.ssm.shape[0] != self.capacity:
+            if held is not None and held.store is store and self._holds(prefix):
+                raise AssertionError(f"{prefix}: scratch reallocated while rows are resident")
+            ssm, conv = store.new_rows(self.capacity)
+            held = self.layers[prefix] = _Layer(store, ssm, conv)
+        return held
+
+    def _holds(self, prefix: str) -> bool:
+        return bool(self.slots) and prefix in self.layers
+
+    # -- a step -----------------------------------------------------------------------------
+    def begin_step(self, keys: list[Key]) -> Step:
+        """Slots for this step's ``keys`` (distinct); departed keys written back or dropped."""
+        want = set(keys)
+        gone = [k for k in self.slots if k not in want]
+        if gone:
+            self._write_back(gone)
+        if len(keys) + 1 > self.capacity:
+            self.flush_all()
+            self.capacity = max(8, 2 * (len(keys) + 1))
+            self.epoch += 1
+        used = set(self.slots.values())
+        free = (s for s in range(1, self.capacity) if s not in used)
+        slots: list[int] = []
+        misses: list[int] = []
+        for i, key in enumerate(keys):
+            slot = self.slots.get(key)
+            if slot is None:
+                slot = self.slots[key] = next(free)
+                misses.append(i)
+            slots.append(slot)
+        return Step(slots, misses)
+
+    def read(self, layer: _Layer, slots: list[int], addresses: list[StateAddress]) -> None:
+        """Rows at ``slots`` of ``layer``'s scratch <- the checkpoints at ``addresses``."""
+        t = layer.store.tables(addresses)
+        lo = slots[0]
+        if slots == list(range(lo, lo + len(slots))):
+            layer.store.read_rows(t, layer.ssm[lo:lo + len(slots)],
+                                  layer.conv[lo:lo + len(slots)])
+        else:
+            ssm, conv = layer.store.new_rows(len(slots))
+            layer.store.read_rows(t, ssm, conv)
+            at = torch.tensor(slots, dtype=torch.int64, device=layer.ssm.device)
+            layer.ssm.index_copy_(0, at, ssm)
+            layer.conv.index_copy_(0, at, conv)
+        self.reads += len(slots)
+
+    # -- coherence --------------------------------------------------------------------------
+    def flush(self, addresses: Iterable[StateAddress]) -> None:
+        """Write back (when still mapped) and release every resident key at ``addresses``."""
+        if not self.slots:
+            return
+        targets = set(addresses)
+        gone = [k for k in self.slots if k[1] in targets]
+        if gone:
+            self._write_back(gone)
+
+    def forget(self, addresses: Iterable[StateAddress]) -> None:
+        """Release, without writing back, every resident key at ``addresses`` (their pages are
+        about to be overwritten whole)."""
+        if not self.slots:
+            return
+        targets = set(addresses)
+        for k in [k for k in self.slots if k[1] in targets]:
+            del self.slots[k]
+
+    def flush_all(self) -> None:
+        """Every resident key written back (or dropped) and released: the pages are current."""
+        if self.slots:
+            self._write_back(list(self.slots))
+
+    def _write_back(self, keys: list[Key]) -> None:
+        """Write ``keys`` back where the table still maps them, then release them all."""
+        table = self.table
+        live = [k for k in keys if table is not None and table.peek(k[0]) == k[1]]
+        if live:
+            slots = torch.tensor([self.slots[k] for k in live], dtype=torch.int64)
+            with torch.inference_mode():  # the stores were made in vLLM's inference mode
+                self._write_layers([k[1] for k in live], slots)
+            self.writes += len(live)
+        for k in keys:
+            del self.slots[k]
+
+    def _write_layers(self, addresses: list[StateAddress], slots: torch.Tensor) -> None:
+        tables = None
+        for layer in self.layers.values():
+            if layer.ssm.shape[0] != self.capacity:
+                continue  # a stale layer entry (never holds resident rows)
+            if tables is None:  # every layer has the table's layout: one set of tables
+                tables = layer.store.tables(addresses)
+            at = slots.to(layer.ssm.device)
+            layer.store.write_rows(tables, layer.ssm.index_select(0, at),
+                                   layer.conv.index_select(0, at))
+
+
+RESIDENT = Residency()
+
+
+def flush_all() -> None:
+    """Make every organization page current (call before reading pages outside a step)."""
+    RESIDENT.flush_all()
+
+
+def resident_stats() -> dict[str, Any]:
+    return {"resident_rows": len(RESIDENT.slots), "rows_read": RESIDENT.reads,
+            "rows_written_back": RESIDENT.writes}
