@@ -49,6 +49,7 @@ from hybridmem.engines.run_results import (  # noqa: F401  (SUMMARY_KEYS: re-exp
 from hybridmem.engines.tiny_model import resolve_model
 from hybridmem.errors import HybridMemError
 from hybridmem.vllm_plugin.org_settings import OrgSettings
+from hybridmem.vllm_plugin.resident import row_copies
 from hybridmem.workload import Workload, WorkloadSpec, make_workload
 
 TRACE_FILE = "trace.hmt"
@@ -401,6 +402,7 @@ def run_serving(cfg: RunConfig, progress: bool = True) -> RunResult:
     bar = _progress(len(requests), progress)
     t0 = time.perf_counter()
     cpu0 = time.process_time()
+    rows0 = row_copies()
     nxt = 0
     violation: str | None = None
     try:
@@ -444,6 +446,7 @@ def run_serving(cfg: RunConfig, progress: bool = True) -> RunResult:
             bar.close()
         preemptions = int(_metric_total("vllm:num_preemptions") - preempt0)
         scheduler = engine_scheduler(engine)
+        rows = row_copies(rows0)
         arenas = observed_arenas(engine) if cfg.org != "vllm" else []
         engine.engine_core.shutdown()  # closes the trace (END)
         if cfg.poison_vllm_state:
@@ -456,7 +459,7 @@ def run_serving(cfg: RunConfig, progress: bool = True) -> RunResult:
                         engine_version=vllm.__version__, driver="inprocess")
     summary.update(org_summary(cfg, scheduler, violation))
     if summary.get("state_storage"):
-        summary["state_storage"] = {**summary["state_storage"], "observed": arenas}
+        summary["state_storage"] = {**summary["state_storage"], "observed": arenas, **rows}
     # CPU seconds of this process over the ledger interval: on a shared box, where wall-clock
     # throughput moves with other tenants' load, tokens per CPU second isolates the probe cost.
     summary["cpu_s"] = cpu_s

@@ -149,6 +149,7 @@ def state_storage(scheduler: Any, plan: Any) -> dict[str, Any]:
             "page_bytes": layout.page_bytes, "members": layout.members, "conv": layout.conv,
             "slots_per_slab": layout.slots_per_slab, "num_pages": layout.num_pages,
             "poison_vllm_state": org_state.poison_on(),
+            "rows": "resident" if org_state.resident_on() else "read and written every step",
             "boundary_states": "chunk stops" if not org_state.boundary_exports() else "exported"}
 
 

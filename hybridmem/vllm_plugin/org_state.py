@@ -96,6 +96,10 @@ def set_resident(on: bool) -> None:
     _settings["resident"] = bool(on)
 
 
+def resident_on() -> bool:
+    return bool(_settings["resident"])
+
+
 def boundary_exports() -> bool:
     """Whether the worker writes interior boundary states during the forward (CPU, unless
     ``HYBRIDMEM_ORG_CHUNK_STOPS=1``); otherwise the scheduler stops chunks at boundaries."""

@@ -33,7 +33,7 @@ scratch rows at those slots.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import torch
 
@@ -65,7 +65,7 @@ class Residency:
         self.capacity = 0
         self.epoch = 0  # bumped whenever the scratch is reallocated
         self.layers: dict[str, _Layer] = {}
-        self.reads = 0  # rows read from pages / written back (for tests and benchmarks)
+        self.reads = 0  # rows read from pages / written back, all layers counted once
         self.writes = 0
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -112,6 +112,7 @@ class Residency:
                 slot = self.slots[key] = next(free)
                 misses.append(i)
             slots.append(slot)
+        self.reads += len(misses)  # per row; every layer reads it
         return Step(slots, misses)
 
     def read(self, layer: _Layer, slots: list[int], addresses: list[StateAddress]) -> None:
@@ -127,7 +128,6 @@ class Residency:
             at = torch.tensor(slots, dtype=torch.int64, device=layer.ssm.device)
             layer.ssm.index_copy_(0, at, ssm)
             layer.conv.index_copy_(0, at, conv)
-        self.reads += len(slots)
 
     # -- coherence --------------------------------------------------------------------------
     def flush(self, addresses: Iterable[StateAddress]) -> None:
@@ -185,6 +185,8 @@ def flush_all() -> None:
     RESIDENT.flush_all()
 
 
-def resident_stats() -> dict[str, Any]:
-    return {"resident_rows": len(RESIDENT.slots), "rows_read": RESIDENT.reads,
-            "rows_written_back": RESIDENT.writes}
+def row_copies(since: dict[str, int] | None = None) -> dict[str, int]:
+    """Checkpoint rows copied between pages and scratch (per row, all layers together) since
+    ``since`` (an earlier result), for the run summary: ``rows_read`` and ``rows_written``."""
+    now = {"rows_read": RESIDENT.reads, "rows_written": RESIDENT.writes}
+    return now if since is None else {k: v - since.get(k, 0) for k, v in now.items()}

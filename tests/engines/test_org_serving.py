@@ -154,6 +154,9 @@ def test_state_lives_at_the_organizations_addresses(runs: Runs, org: str) -> Non
     assert st["observed"] and set(st["observed"]) == {want}, st  # what the worker really used
     if org in ("S1", "S2"):
         assert st["members"] == 3 and st["page_bytes"] == 64 * 512
+    # rows stay resident across steps: fewer rows read than written would be without it
+    # (resident.py; the state tests above compare the tokens with it on)
+    assert st["rows"] == "resident" and 0 < st["rows_read"] and 0 < st["rows_written"]
     meta, _ = events(org_run(runs, org))
     assert meta["state_storage"]["arena"] == want
 
