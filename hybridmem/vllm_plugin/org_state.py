@@ -281,10 +281,24 @@ def _step(ctx: Any, md: Any, table: StateTable, store: LayerStore) -> _Step:
         RESIDENT.flush_all()  # every row read and written back every step (the A/B path)
     plan = RESIDENT.begin_step(list(zip(blocks, addresses, strict=True)))
     slot_of = dict(zip(blocks, plan.slots, strict=True))
+    misses = plan.misses
+    fresh = _fresh_prefills(md)
+    if fresh:  # their initial state is never read (zeros instead): no copy in
+        misses = [i for i in misses if blocks[i] not in fresh]
     step = _Step(ctx, table, _remap(idd, slot_of), _remap(ip, slot_of), addresses, plan.slots,
-                 plan.misses, _export_plan(md, table, store), {})
+                 misses, _export_plan(md, table, store), {})
     _last[:] = [step]
     return step
+
+
+def _fresh_prefills(md: Any) -> set[int]:
+    """Block ids of prefill rows with no initial state (``has_initial_states_p`` False: the
+    forward starts them from zeros, conv and SSM alike, and writes their whole state)."""
+    has, ip = getattr(md, "has_initial_states_p", None), md.state_indices_tensor_p
+    if has is None or ip is None:
+        return set()
+    return {b for b, h in zip(ip.reshape(-1).tolist(), has.tolist(), strict=True)
+            if b > 0 and not h}
 
 
 def _remapped(step: _Step, md: Any) -> Any:
@@ -367,7 +381,7 @@ def _wrap_forward(original: Any) -> Any:
         if views is None or views[0] is not lay.ssm:
             views = (lay.ssm, _views(self, store, lay.ssm, lay.conv, RESIDENT.capacity))
             self._hybridmem_views = views
-        self.kv_cache = views[1]
+        self.__dict__["kv_cache"] = views[1]  # a plain attribute: skip Module.__setattr__
         by_layer[self.prefix] = _remapped(step, md)
         sink: dict[str, dict[tuple[int, int], torch.Tensor]] = {"conv": {}, "ssm": {}}
         try:
@@ -377,7 +391,7 @@ def _wrap_forward(original: Any) -> Any:
                 with boundary_capture(step.exports.cuts, sink):
                     result = original(self, projected_states, output)
         finally:
-            self.kv_cache = kept
+            self.__dict__["kv_cache"] = kept
             by_layer[self.prefix] = md
         if step.exports is not None:
             _write_exports(self, store, step.exports, sink)
