@@ -313,8 +313,7 @@ def _write_exports(layer: Any, store: LayerStore, ex: _Exports, sink: Sink) -> N
     """The captured boundary states -> their checkpoints' addresses."""
     from vllm.model_executor.layers.mamba.mamba_utils import is_conv_state_dim_first
 
-    ssm, conv = store.new_rows(len(ex.keys))
-    store.read_rows(ex.tables, ssm, conv)  # member tails are written back as they were
+    ssm, conv = store.new_rows(len(ex.keys))  # zeroed: member tails hold no state
     conv_v, ssm_v = _views(layer, store, ssm, conv, len(ex.keys))
     if not is_conv_state_dim_first():  # the forward sees (dim, width), as the mixer does
         conv_v = conv_v.transpose(-1, -2)
