@@ -12,7 +12,7 @@ forward also produce the state after each ``b`` (token offset ``o = b - start`` 
            stop at every boundary (each piece starts from the stored previous state).
     conv   the state after offset o is the last (k - 1) inputs before it:
            cat(initial conv state, x_row)[:, o : o + k - 1], exactly as the CPU conv kernel
-           stores a chunk's end state.
+           stores a chunk's end state (a slice of x_row when o >= k - 1).
 
 Both are captured into ``sink[(row, o)]`` while the original forward runs unchanged otherwise
 (the two kernels are looked up by name in ``mamba_mixer2``; they are swapped for the duration
@@ -114,15 +114,23 @@ def conv_capture(original: Callable[..., Any], cuts: dict[int, list[int]],
             raise NotImplementedError(f"conv state layout {tuple(states.shape)} for inputs "
                                       f"{tuple(x.shape)}: boundary exports need (dim, width)")
         for r, offsets in cuts.items():
-            if has is not None and bool(has[r]):
-                slot = r if index is None else int(index[r])
-                head = states[slot, :, :width]
-            else:
-                head = torch.zeros(x.shape[0], width, dtype=states.dtype, device=x.device)
-            row = torch.cat([head, x[:, qs[r]:qs[r + 1]].to(states.dtype)], dim=-1)
-            row = row.to(weight.dtype)
+            lo = qs[r]
+            head = None
             for o in offsets:
-                sink[(r, o)] = row[:, o:o + width].to(states.dtype)
+                if o >= width:  # the last ``width`` inputs before o all lie in this chunk
+                    piece = x[:, lo + o - width:lo + o].to(states.dtype)
+                else:  # reaches back into the initial conv state
+                    if head is None:
+                        if has is not None and bool(has[r]):
+                            slot = r if index is None else int(index[r])
+                            head = states[slot, :, :width]
+                        else:
+                            head = torch.zeros(x.shape[0], width, dtype=states.dtype,
+                                               device=x.device)
+                    piece = torch.cat([head[:, o:], x[:, lo:lo + o].to(states.dtype)], dim=-1)
+                # a copy (the kernel may overwrite x in place), through the weight's dtype as
+                # the kernel's own state write goes
+                sink[(r, o)] = piece.to(weight.dtype).to(states.dtype).clone()
         return original(*args, **kwargs)
 
     return conv

@@ -82,7 +82,7 @@ def test_conv_capture_equals_the_end_state_of_a_prefix_chunk() -> None:
     states = torch.randn(3, DIM, K - 1, generator=g)
     qs = torch.tensor([0, 130, 200], dtype=torch.int32)
     index, has = torch.tensor([1, 2]), torch.tensor([True, False])
-    cuts = {0: [2, 64, 128], 1: [64]}
+    cuts = {0: [2, 64, 128], 1: [1, 64]}  # 2 and 1 reach back into the initial state
     sink: dict[tuple[int, int], torch.Tensor] = {}
     start_states = states.clone()
     out = conv_capture(causal_conv1d_fn_cpu, cuts, sink)(
