@@ -153,22 +153,40 @@ def _settings(con: duckdb.DuckDBPyConnection, *, materialize: bool, threads: int
         con.execute("SET preserve_insertion_order = false")
 
 
+# Below this many events a materialized report runs DuckDB on one thread. Its hash
+# aggregations have ~1 group per 10 events, so with more threads each builds a partial table of
+# nearly every group and the merge repeats the work: over 1M events one thread costs ~0.7x the
+# CPU of two (``_episode_depths`` 0.45 -> 0.18 CPU-s), at ~1.2x the wall time on an idle 2-core
+# box and the same wall time on a busy one (benchmarks/RESULTS.md). Larger tables keep DuckDB's
+# default (one thread per core).
+SINGLE_THREAD_EVENTS = 4_000_000
+
+
 def connect(table: pa.Table, meta: RunMeta | None = None, *, source: str = "table",
-            copy: bool = True, materialize: bool = False, threads: int | None = None,
+            copy: bool | None = None, materialize: bool = False, threads: int | None = None,
             memory_limit: str | None = None, sql: str = "current",
             on_view: Callable[[str], None] | None = None) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB connection with ``events`` and every lineage view.
 
-    ``copy`` loads the Arrow table into a DuckDB table once (the views scan it many times);
-    ``copy=False`` registers it as a zero-copy Arrow scan instead. ``materialize`` computes the
-    :data:`HEAVY` views once into tables (for reports that read several views); leave it off
-    for ad-hoc queries of one view. ``meta`` defaults to the table's own ``hybridmem.meta``.
-    ``sql`` names the SQL set (:data:`SQL_SETS`); ``on_view`` see :func:`create_views` (it is
-    also called with ``events`` once the table is loaded).
+    ``copy=True`` loads the Arrow table into a DuckDB table once; ``copy=False`` registers it
+    as a zero-copy Arrow scan (the table must outlive the connection; DuckDB keeps a reference).
+    The default copies for ad-hoc connections (a query may scan ``events`` many times) and
+    scans for ``materialize``: the heavy views read ``events`` four times, each only the columns
+    and rows it needs, which over 1M events costs ~0.05 CPU-s against ~0.5 for the full copy
+    (strings and hash chains included). ``materialize`` computes the :data:`HEAVY` views once
+    into tables (for reports that read several views); leave it off for ad-hoc queries of one
+    view. ``threads`` defaults, when materializing, to 1 for tables of at most
+    :data:`SINGLE_THREAD_EVENTS` rows, else to DuckDB's default. ``meta`` defaults to the
+    table's own ``hybridmem.meta``. ``sql`` names the SQL set (:data:`SQL_SETS`); ``on_view``
+    see :func:`create_views` (it is also called with ``events`` once the table is loaded).
     """
     sql_names(sql)  # an unknown set is a ValueError before any work
     check_columns(table, source)
     meta = meta if meta is not None else table_meta(table, source)
+    if copy is None:
+        copy = not materialize
+    if threads is None and materialize and table.num_rows <= SINGLE_THREAD_EVENTS:
+        threads = 1
     con = duckdb.connect()
     _settings(con, materialize=materialize, threads=threads, memory_limit=memory_limit,
               temp_directory=None)
