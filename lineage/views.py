@@ -21,7 +21,7 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
-from lineage.table import RunMeta, check_columns, table_meta
+from lineage.table import LINEAGE_COLUMNS, RunMeta, check_columns, table_meta
 from tracer.schema import arrow_schema
 
 SQL_DIR = Path(__file__).with_name("sql")
@@ -166,7 +166,8 @@ def connect(table: pa.Table, meta: RunMeta | None = None, *, source: str = "tabl
             copy: bool | None = None, materialize: bool = False, threads: int | None = None,
             memory_limit: str | None = None, sql: str = "current",
             on_view: Callable[[str], None] | None = None) -> duckdb.DuckDBPyConnection:
-    """An in-memory DuckDB connection with ``events`` and every lineage view.
+    """An in-memory DuckDB connection with ``events`` and every lineage view. ``table`` needs
+    the :data:`lineage.table.LINEAGE_COLUMNS` (``events`` holds whatever columns it has).
 
     ``copy=True`` loads the Arrow table into a DuckDB table once; ``copy=False`` registers it
     as a zero-copy Arrow scan (the table must outlive the connection; DuckDB keeps a reference).
@@ -181,7 +182,7 @@ def connect(table: pa.Table, meta: RunMeta | None = None, *, source: str = "tabl
     see :func:`create_views` (it is also called with ``events`` once the table is loaded).
     """
     sql_names(sql)  # an unknown set is a ValueError before any work
-    check_columns(table, source)
+    check_columns(table, source, LINEAGE_COLUMNS)
     meta = meta if meta is not None else table_meta(table, source)
     if copy is None:
         copy = not materialize
