@@ -8,9 +8,11 @@ tiles, one independent copy per file (``bench_lineage.tile_copy``), one tile in 
 time. Each size then runs in a fresh child process: DuckDB reads the first N tiles with
 ``read_parquet`` into an on-disk database under ``--work`` (``lineage.views.connect_parquet``),
 builds every view with the heavy ones materialized, under ``--memory-limit`` with spilling to
-``--work``, and reads the report views. The child prints wall seconds, CPU seconds (its own
-user + system, DuckDB's threads included) and its peak resident set (``ru_maxrss``). No Python
-copy of the events is made, so memory is bounded by DuckDB's limit plus the interpreter.
+``--work``, and reads the report views. ``_chain_validity`` is computed in key partitions of
+about ``lineage.views.PART_EVENTS`` events each (``--parts`` overrides). The child prints wall
+seconds, CPU seconds (its own user + system, DuckDB's threads included, also per view) and its
+peak resident set (``ru_maxrss``). No Python copy of the events is made, so memory is bounded
+by DuckDB's limit plus the interpreter.
 """
 
 from __future__ import annotations
@@ -48,7 +50,8 @@ def write_tiles(base: Path, work: Path, count: int) -> list[str]:
     return paths
 
 
-def child(paths: list[str], work: Path, memory_limit: str, sql: str) -> dict[str, object]:
+def child(paths: list[str], work: Path, memory_limit: str, sql: str,
+          threads: int | None, parts: int | None) -> dict[str, object]:
     from lineage import views
 
     db = work / "lineage.duckdb"
@@ -58,14 +61,24 @@ def child(paths: list[str], work: Path, memory_limit: str, sql: str) -> dict[str
     spill.mkdir(exist_ok=True)
     r0 = resource.getrusage(resource.RUSAGE_SELF)
     t0 = time.perf_counter()
+    steps: dict[str, float] = {}
+    mark = [r0.ru_utime + r0.ru_stime]
+
+    def lap(name: str) -> None:
+        r = resource.getrusage(resource.RUSAGE_SELF)
+        steps[name] = round(r.ru_utime + r.ru_stime - mark[0], 2)
+        mark[0] = r.ru_utime + r.ru_stime
+
     con = views.connect_parquet(paths, database=str(db), memory_limit=memory_limit,
-                                temp_directory=str(spill), sql=sql)
+                                temp_directory=str(spill), sql=sql, on_view=lap,
+                                threads=threads, parts=parts)
     events = con.execute("SELECT count(*) FROM events").fetchall()[0][0]
     summary = con.sql("SELECT episodes, classified_episodes, shallower_episodes, "
                       "shallower_with_other_request_loss FROM run_summary").fetchall()[0]
     con.sql("SELECT * FROM class_counts").fetchall()
     con.sql("SELECT * FROM loss_causes").fetchall()
     con.sql("SELECT * FROM table_checks").fetchall()
+    lap("read report views")
     con.close()
     wall = time.perf_counter() - t0
     r1 = resource.getrusage(resource.RUSAGE_SELF)
@@ -76,7 +89,10 @@ def child(paths: list[str], work: Path, memory_limit: str, sql: str) -> dict[str
             "attribution": f"{summary[3]}/{summary[2]}", "sql_wall_s": round(wall, 2),
             "sql_cpu_s": round(cpu, 2), "cpu_s_per_m_events": round(cpu / events * 1e6, 2),
             "peak_rss_mib": round(r1.ru_maxrss / 1024), "db_file_mib": round(db_bytes / 2**20),
-            "memory_limit": memory_limit, "sql": sql, "load_avg": round(os.getloadavg()[0], 2)}
+            "memory_limit": memory_limit, "sql": sql, "threads": threads,
+            "parts": parts if parts is not None else max(1, -(-events // views.PART_EVENTS)),
+            "load_avg": round(os.getloadavg()[0], 2),
+            "cpu_s_by_step": {k: v for k, v in steps.items() if v >= 0.01}}
 
 
 def main() -> int:
@@ -88,6 +104,11 @@ def main() -> int:
     ap.add_argument("--cache", default="/tmp/hybridmem-bench")
     ap.add_argument("--sql", default="current", choices=["current", "reference"],
                     help="the lineage SQL set (lineage.views.SQL_SETS)")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="DuckDB threads (default: one per core)")
+    ap.add_argument("--parts", type=int, default=None,
+                    help="key partitions of _chain_validity (default: one per "
+                         "lineage.views.PART_EVENTS events)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if any(n < 1 for n in args.tiles):
@@ -97,7 +118,8 @@ def main() -> int:
     work.mkdir(parents=True, exist_ok=True)
     if args.child:
         paths = sorted(str(p) for p in work.glob("tile_*.parquet"))[:args.tiles[0]]
-        print(json.dumps(child(paths, work, args.memory_limit, args.sql)), flush=True)
+        print(json.dumps(child(paths, work, args.memory_limit, args.sql, args.threads,
+                               args.parts)), flush=True)
         return 0
     base = build("S2", 1_000_000, Path(args.cache))
     write_tiles(base, work, max(args.tiles))
@@ -106,7 +128,9 @@ def main() -> int:
         print(f"# {n} tile(s) ...", file=sys.stderr, flush=True)
         out = subprocess.run([sys.executable, __file__, "--child", "--tiles", str(n),
                               "--work", str(work), "--memory-limit", args.memory_limit,
-                              "--sql", args.sql],
+                              "--sql", args.sql]
+                             + ([] if args.threads is None else ["--threads", str(args.threads)])
+                             + ([] if args.parts is None else ["--parts", str(args.parts)]),
                              check=True, capture_output=True, text=True,
                              env={**os.environ, "PYTHONPATH": os.getcwd()})
         row = {"tiles": n, **json.loads(out.stdout.strip().splitlines()[-1])}

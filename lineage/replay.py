@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pac
 
-from lineage.table import RunMeta, check_columns, table_meta
+from lineage.table import LINEAGE_COLUMNS, RunMeta, check_columns, table_meta
 
 Key = tuple[str, int]  # (state_kind, hash)
 
@@ -315,7 +315,7 @@ def replay(table: pa.Table, meta: RunMeta | None = None, *, source: str = "table
     """Replay every episode of ``table`` (an event table with the shared columns), or only the
     episodes of ``requests`` (then over :func:`restrict`'s rows; ``publications`` and
     ``losses`` then count only the entries of their chains)."""
-    check_columns(table, source)
+    check_columns(table, source, LINEAGE_COLUMNS)
     meta = meta if meta is not None else table_meta(table, source)
     if requests is not None:
         table = restrict(table, requests)

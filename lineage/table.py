@@ -97,9 +97,18 @@ def table_meta(table: pa.Table, source: str = "table") -> RunMeta:
     return meta_from_json(md[META_KEY], source)
 
 
-def check_columns(table: pa.Table, source: str = "table") -> None:
-    """Every shared column present (extra columns are allowed and ignored)."""
-    missing = [name for name, _, _ in EVENT_COLUMNS if name not in table.column_names]
+# The columns the lineage SQL and the replay read (the other shared columns, ts_ns, page, line,
+# need, free and outcome, are never looked at): a report reads only these from a Parquet file.
+LINEAGE_COLUMNS = ("seq", "kind", "step", "request_id", "preemption_count", "hash", "depth",
+                   "state_kind", "cause", "requester", "chain", "recurrent_chain")
+
+
+def check_columns(table: pa.Table, source: str = "table",
+                  columns: Iterable[str] | None = None) -> None:
+    """Every shared column (or, given ``columns``, each of those) present with its type; extra
+    columns are allowed and ignored."""
+    wanted = [c for c in EVENT_COLUMNS if columns is None or c[0] in set(columns)]
+    missing = [name for name, _, _ in wanted if name not in table.column_names]
     if missing:
         raise EventTableError(f"{source}: event table lacks columns {missing}")
     import pyarrow.types as pt
@@ -108,7 +117,7 @@ def check_columns(table: pa.Table, source: str = "table") -> None:
              "string": lambda t: pt.is_string(t) or pt.is_large_string(t),
              "list<uint64>": lambda t: (pt.is_null(t) or (pt.is_list(t) or pt.is_large_list(t))
                                         and pt.is_integer(t.value_type))}
-    for name, want, _ in EVENT_COLUMNS:
+    for name, want, _ in wanted:
         got = table.schema.field(name).type
         if not kinds[want](got):
             raise EventTableError(f"{source}: column {name!r} has type {got}, expected {want}")

@@ -21,7 +21,7 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
-from lineage.table import RunMeta, check_columns, table_meta
+from lineage.table import LINEAGE_COLUMNS, RunMeta, check_columns, table_meta
 from tracer.schema import arrow_schema
 
 SQL_DIR = Path(__file__).with_name("sql")
@@ -98,19 +98,35 @@ HEAVY_SETS = {
 }
 HEAVY = HEAVY_SETS["current"]
 
+# Materialized views computed key partition by key partition when ``parts > 1``
+# (``_params.parts`` / ``part``; see lineage/sql/_chain_validity.sql), and how many events one
+# partition should hold when ``connect_parquet`` chooses: past ~10M events (~6 GB of DuckDB
+# memory) the ASOF join of ``_chain_validity`` spills and its CPU per event triples.
+PARTITIONED_SETS: dict[str, tuple[str, ...]] = {"current": ("_chain_validity",),
+                                                "reference": ()}
+PART_EVENTS = 10_000_000
+
 _IDENT = re.compile(r"^[a-z_][a-z0-9_]*$")
 
 
 def create_views(con: duckdb.DuckDBPyConnection, meta: RunMeta,
                  materialize: tuple[str, ...] = (), sql: str = "current",
-                 on_view: Callable[[str], None] | None = None) -> None:
+                 on_view: Callable[[str], None] | None = None, parts: int = 1) -> None:
     """Bind the grids into ``_params`` and create every view (the table ``events`` must exist).
 
     Names in ``materialize`` become tables holding the view's rows, swapped in under the same
     name once computed; the views after them then read the table. Their column comments are
     kept (``COMMENT ON COLUMN`` applies to tables too); the view comment is dropped.
     ``on_view(name)`` is called after each one is created (the per-view timing uses it).
+    With ``parts > 1`` the materialized views of :data:`PARTITIONED_SETS` are computed one key
+    partition at a time (the rows of each appended), which bounds their memory; the rows are
+    the same.
     """
+    if not 1 <= parts <= 4096:
+        raise ValueError(f"parts must be 1..4096, got {parts}")
+    if parts > 1 and not set(PARTITIONED_SETS[sql]) <= set(materialize):
+        raise ValueError("parts > 1 needs the partitioned views materialized "
+                         f"({PARTITIONED_SETS[sql]})")
     for name in creation_order(sql):
         stmts = con.extract_statements(load_sql(name, sql))
         for i, st in enumerate(stmts):
@@ -124,7 +140,17 @@ def create_views(con: duckdb.DuckDBPyConnection, meta: RunMeta,
             # identifiers cannot be bound; these come from our own file names, checked here
             assert _IDENT.match(name), f"SQL file name {name!r} is not a plain identifier"
             tmp = f"{name}__rows"
-            con.execute(f"CREATE TABLE {tmp} AS SELECT * FROM {name}")
+            # TEMP: held in memory and spilled to the temp directory past the memory limit,
+            # never written (compressed, checkpointed) into an on-disk database
+            split = parts if name in PARTITIONED_SETS[sql] else 1
+            if split > 1:
+                con.execute("UPDATE _params SET parts = ?, part = 0", [split])
+            con.execute(f"CREATE TEMP TABLE {tmp} AS SELECT * FROM {name}")
+            for part in range(1, split):
+                con.execute("UPDATE _params SET part = ?", [part])
+                con.execute(f"INSERT INTO {tmp} SELECT * FROM {name}")
+            if split > 1:
+                con.execute("UPDATE _params SET parts = 1, part = 0")
             con.execute(f"DROP VIEW {name}")
             con.execute(f"ALTER TABLE {tmp} RENAME TO {name}")
             for st in stmts[1:]:
@@ -153,22 +179,43 @@ def _settings(con: duckdb.DuckDBPyConnection, *, materialize: bool, threads: int
         con.execute("SET preserve_insertion_order = false")
 
 
-def connect(table: pa.Table, meta: RunMeta | None = None, *, source: str = "table",
-            copy: bool = True, materialize: bool = False, threads: int | None = None,
-            memory_limit: str | None = None, sql: str = "current",
-            on_view: Callable[[str], None] | None = None) -> duckdb.DuckDBPyConnection:
-    """An in-memory DuckDB connection with ``events`` and every lineage view.
+# Below this many events a materialized report runs DuckDB on one thread. Its hash
+# aggregations have ~1 group per 10 events, so with more threads each builds a partial table of
+# nearly every group and the merge repeats the work: over 1M events one thread costs ~0.7x the
+# CPU of two (``_episode_depths`` 0.45 -> 0.18 CPU-s), at ~1.2x the wall time on an idle 2-core
+# box and the same wall time on a busy one (benchmarks/RESULTS.md). Larger tables keep DuckDB's
+# default (one thread per core).
+SINGLE_THREAD_EVENTS = 4_000_000
 
-    ``copy`` loads the Arrow table into a DuckDB table once (the views scan it many times);
-    ``copy=False`` registers it as a zero-copy Arrow scan instead. ``materialize`` computes the
-    :data:`HEAVY` views once into tables (for reports that read several views); leave it off
-    for ad-hoc queries of one view. ``meta`` defaults to the table's own ``hybridmem.meta``.
-    ``sql`` names the SQL set (:data:`SQL_SETS`); ``on_view`` see :func:`create_views` (it is
-    also called with ``events`` once the table is loaded).
+
+def connect(table: pa.Table, meta: RunMeta | None = None, *, source: str = "table",
+            copy: bool | None = None, materialize: bool = False, threads: int | None = None,
+            memory_limit: str | None = None, sql: str = "current",
+            on_view: Callable[[str], None] | None = None,
+            parts: int = 1) -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB connection with ``events`` and every lineage view. ``table`` needs
+    the :data:`lineage.table.LINEAGE_COLUMNS` (``events`` holds whatever columns it has).
+
+    ``copy=True`` loads the Arrow table into a DuckDB table once; ``copy=False`` registers it
+    as a zero-copy Arrow scan (the table must outlive the connection; DuckDB keeps a reference).
+    The default copies for ad-hoc connections (a query may scan ``events`` many times) and
+    scans for ``materialize``: the heavy views read ``events`` four times, each only the columns
+    and rows it needs, which over 1M events costs ~0.05 CPU-s against ~0.5 for the full copy
+    (strings and hash chains included). ``materialize`` computes the :data:`HEAVY` views once
+    into tables (for reports that read several views); leave it off for ad-hoc queries of one
+    view. ``threads`` defaults, when materializing, to 1 for tables of at most
+    :data:`SINGLE_THREAD_EVENTS` rows, else to DuckDB's default. ``meta`` defaults to the
+    table's own ``hybridmem.meta``. ``sql`` names the SQL set (:data:`SQL_SETS`); ``on_view``
+    see :func:`create_views` (it is also called with ``events`` once the table is loaded), and
+    ``parts`` too.
     """
     sql_names(sql)  # an unknown set is a ValueError before any work
-    check_columns(table, source)
+    check_columns(table, source, LINEAGE_COLUMNS)
     meta = meta if meta is not None else table_meta(table, source)
+    if copy is None:
+        copy = not materialize
+    if threads is None and materialize and table.num_rows <= SINGLE_THREAD_EVENTS:
+        threads = 1
     con = duckdb.connect()
     _settings(con, materialize=materialize, threads=threads, memory_limit=memory_limit,
               temp_directory=None)
@@ -180,38 +227,50 @@ def connect(table: pa.Table, meta: RunMeta | None = None, *, source: str = "tabl
         con.execute(f"CREATE VIEW {EVENTS} AS SELECT * FROM _events_arrow")
     if on_view is not None:
         on_view(EVENTS)
-    create_views(con, meta, HEAVY_SETS[sql] if materialize else (), sql, on_view)
+    create_views(con, meta, HEAVY_SETS[sql] if materialize else (), sql, on_view, parts)
     return con
 
 
 def connect_parquet(paths: list[str], meta: RunMeta | None = None, *, database: str,
                     memory_limit: str, temp_directory: str, materialize: bool = True,
-                    threads: int | None = None, sql: str = "current"
+                    threads: int | None = None, sql: str = "current",
+                    on_view: Callable[[str], None] | None = None, parts: int | None = None
                     ) -> duckdb.DuckDBPyConnection:
     """Like :func:`connect`, for event tables larger than memory: the Parquet files in
-    ``paths`` (one run, e.g. written tile by tile) are read by DuckDB itself into the database
-    file ``database`` (never into Python), under ``memory_limit``, spilling to
-    ``temp_directory``. Every file must carry the event columns; ``meta`` defaults to the first
-    file's ``hybridmem.meta``.
+    ``paths`` (one run, e.g. written tile by tile) are read by DuckDB itself (never into
+    Python), under ``memory_limit``, spilling to ``temp_directory``. Every file must carry the
+    event columns; ``events`` is a view of their :data:`lineage.table.LINEAGE_COLUMNS` (the
+    ones the views read) over the files. The materialized views are TEMP tables (memory,
+    spilling to ``temp_directory``); the database file ``database`` holds only the views.
+    ``meta`` defaults to the first file's ``hybridmem.meta``; ``on_view`` as in
+    :func:`connect`; ``parts`` (see :func:`create_views`) defaults to one key partition per
+    :data:`PART_EVENTS` events (from the files' footers).
     """
     import pyarrow.parquet as pq
 
     sql_names(sql)  # an unknown set is a ValueError before any work
     if not paths:
         raise ValueError("connect_parquet needs at least one Parquet file")
+    rows = 0
     for path in paths:
         empty = pq.read_schema(path).empty_table()
         check_columns(empty, path)
         if meta is None:
             meta = table_meta(empty, path)
+        rows += pq.read_metadata(path).num_rows
     assert meta is not None
+    if parts is None:
+        parts = max(1, -(-rows // PART_EVENTS)) if materialize else 1
     con = duckdb.connect(database)
     _settings(con, materialize=materialize, threads=threads, memory_limit=memory_limit,
               temp_directory=temp_directory)
-    columns = ", ".join(name for name in arrow_schema().names)
-    # the column list comes from tracer.schema (our own identifiers); the paths are bound
-    con.execute(f"CREATE TABLE {EVENTS} AS SELECT {columns} FROM read_parquet(?)", [paths])
-    create_views(con, meta, HEAVY_SETS[sql] if materialize else (), sql)
+    # ``events`` is a view over the files: each of the four scans decodes only its columns,
+    # and nothing is copied or spilled (over 10M events 0.8x the CPU of loading them into
+    # ``database`` first, 33 against 41 CPU-s)
+    con.read_parquet(paths).select(", ".join(LINEAGE_COLUMNS)).create_view(EVENTS)
+    if on_view is not None:
+        on_view(EVENTS)
+    create_views(con, meta, HEAVY_SETS[sql] if materialize else (), sql, on_view, parts)
     return con
 
 

@@ -137,6 +137,7 @@ def _import_vllm(args: argparse.Namespace) -> int:
 def _report(args: argparse.Namespace) -> int:
     from lineage.report import analyse, format_text, plot, to_json
     from lineage.source import open_run
+    from lineage.table import LINEAGE_COLUMNS
 
     if not args.args:
         raise HybridMemError("give at least one PATH (or 'query' / 'views' / 'import-vllm')")
@@ -144,7 +145,8 @@ def _report(args: argparse.Namespace) -> int:
         check_output(args.plot, args.args, "--plot")
     replay_n = _replay_arg(args.replay)
     # open (and verify) every input first, so a bad one fails before any work is printed
-    runs = [open_run(path, allow_unverified=args.allow_unverified) for path in args.args]
+    runs = [open_run(path, allow_unverified=args.allow_unverified, columns=LINEAGE_COLUMNS)
+            for path in args.args]
     reports = []
     for path, run_ in zip(args.args, runs, strict=True):
         _progress(f"lineage: {path}: {run_.table.num_rows:,} events ...")

@@ -22,6 +22,10 @@
 --     entry e:  ... row n (step 5) | entry cut ... adoption cut (step 9) | row n+1 (step 12)
 --               exact = m0 = m1 = is_pub(row n)
 --
+-- Every row depends on one entry's supply rows only, so the harness may compute the view one
+-- key partition at a time (_params.parts / part; supply_ordered stays global), bounding the
+-- memory of the ASOF join's sorts: past memory they spill and cost ~3x per row.
+--
 -- The few other positions (a supply row of the entry inside the window or inside the lookup
 -- step, or a run whose steps go back) take the general lookups: ASOF at the adoption cut, ASOF
 -- over the entry's per-step states (as in _step_supply) for M0 and an equi-join on the lookup
@@ -31,14 +35,18 @@ WITH supply_ordered AS (
     SELECT coalesce(bool_and(step >= prev_step), true) AND count(step) = count(*) AS ordered
     FROM _supply
 ),
+part_supply AS (
+    -- the supply rows of this key partition (all of them unless the harness partitions)
+    SELECT s.* FROM _supply AS s CROSS JOIN _params AS p WHERE s.hash % p.parts = p.part
+),
 after_cut AS (
     -- every supply row, and a sentinel after each entry's last one (seq = max BIGINT)
     SELECT is_rec, hash, seq, sup_no - 1 AS rows_before, valid_before, prev_step,
            step, is_pub, request_id, next_step
-    FROM _supply
+    FROM part_supply
     UNION ALL
     SELECT is_rec, hash, 9223372036854775807, sup_no, is_pub, step, NULL, NULL, NULL, NULL
-    FROM _supply
+    FROM part_supply
     WHERE is_last
 ),
 probe AS MATERIALIZED (
@@ -58,7 +66,8 @@ probe AS MATERIALIZED (
                           AND ((nx.is_pub AND nx.request_id IS DISTINCT FROM c.request_id)
                                OR nx.next_step IS DISTINCT FROM c.adopt_step)))))
             AS settled
-    FROM _chain AS c
+    FROM (SELECT c.* FROM _chain AS c CROSS JOIN _params AS p
+          WHERE c.hash % p.parts = p.part) AS c
     CROSS JOIN supply_ordered AS o
     ASOF LEFT JOIN after_cut AS nx
         ON nx.is_rec = c.is_rec AND nx.hash = c.hash AND c.entry_seq <= nx.seq

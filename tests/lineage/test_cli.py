@@ -151,3 +151,24 @@ def test_lineage_command_does_not_import_torch():
 
     assert not torch_loaded("main(['lineage', 'views'])")
     assert torch_loaded("build_parser()")
+
+
+def test_report_reads_only_the_lineage_columns_but_checks_them_all(tmp_path, capsys):
+    """``open_run(columns=LINEAGE_COLUMNS)`` (what the report does) decodes only the columns the
+    lineage reads and gives the same report as the whole table; a file lacking any shared
+    column, even one the lineage never reads, is still refused (exit 2)."""
+    from lineage.report import analyse, to_json
+    from lineage.source import open_run
+    from lineage.table import LINEAGE_COLUMNS
+
+    path = _write(tmp_path)
+    narrow = open_run(path, columns=LINEAGE_COLUMNS)
+    assert narrow.table.column_names == list(LINEAGE_COLUMNS)
+    assert narrow.meta == open_run(path).meta
+    a, b = to_json(analyse(narrow)), to_json(analyse(open_run(path)))
+    a.pop("seconds"), b.pop("seconds")
+    assert a == b
+    table = pq.read_table(path)
+    pq.write_table(table.drop_columns(["ts_ns"]), tmp_path / "no_ts.parquet")
+    code, _, err = run_cli(capsys, "lineage", str(tmp_path / "no_ts.parquet"))
+    assert code == 2 and "lacks columns ['ts_ns']" in err and len(err.strip().splitlines()) == 1

@@ -63,7 +63,7 @@ def test_map_form_hybrid_groups_and_medium_filter():
         {"kind": "publication", "hash": hash64(h[1]), "state_kind": "recurrent", "depth": 32},
         {"kind": "loss", "hash": hash64(h[1]), "state_kind": "recurrent", "depth": 32}]
     con = views.connect(table)
-    grids = con.sql("SELECT * FROM _params").fetchall()
+    grids = con.sql("SELECT attention_grid_tokens, recurrent_grid_tokens FROM _params").fetchall()
     assert grids == [(16, 32)]
 
 
