@@ -64,10 +64,11 @@ def workload(n: int, seed: int = 0) -> list[list[int]]:
 
 
 def run_mix(name: str, units: Units, budget: str, prompts: list[list[int]],
-            observer: Observer) -> int:
-    """Run the mix on a fresh organization; returns the number of operations."""
+            observer: Observer, **policy: object) -> int:
+    """Run the mix on a fresh organization (``policy``: pinning / retention keywords of
+    :func:`make_organization`, none in the benchmark); returns the number of operations."""
     org = make_organization(name, units, plan_budget(units, parse_budget(budget, units)),
-                            observer)
+                            observer, **policy)
     ops = 0
     waiting = list(range(len(prompts)))
     running: dict[str, int] = {}  # request id -> tokens allocated
