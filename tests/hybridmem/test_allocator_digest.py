@@ -4,7 +4,7 @@ the same results as the recording path (each equality beside its negative contro
 
 import pytest
 
-from benchmarks.allocator_digest import DigestObserver, POLICIES, lru_fault, random_ops
+from benchmarks.allocator_digest import POLICIES, DigestObserver, lru_fault, random_ops
 from hybridmem.cached_org import CachedOrganization
 from hybridmem.events import NullObserver
 from hybridmem.geometry import PRESETS
