@@ -473,12 +473,12 @@ class CachedOrganization(Organization):
     # == reclaim and invalidation ==============================================================
     def _make_free(self, pool: PagePool, need: int, requester: str) -> None:
         free = pool._free  # read-only here: the pool's own methods change it
-        oldest, reclaim = pool.oldest_cached, self._reclaim
+        oldest, reclaim, cause = pool.oldest_cached, self._reclaim, Cause.ALLOCATION
         while len(free) < need:
             page = oldest()
             assert page is not None, f"pool {pool.name}: {pool.num_free} free, need {need}, " \
                 "nothing cached; this indicates can_allocate and allocate disagree"
-            reclaim(pool, page, Cause.ALLOCATION, requester)
+            reclaim(pool, page, cause, requester)
 
     def _detach(self, pool: PagePool, page: int) -> list[Block | Checkpoint]:
         """Cut ``page`` out of every entry stored on it; return those entries.
@@ -598,7 +598,7 @@ class CachedOrganization(Organization):
         # index: it resets the count of the block's holders and of that key's waiters. So the
         # settled blocks are skipped: the old full scan would only ``continue`` over them.
         blocks, chain, keyed = req.blocks, req.attn_chain, req.keyed
-        pages = []
+        pages, waiters = [], self.key_waiters
         for i in range(keyed, min(len(blocks), len(chain))):
             blk = blocks[i]
             if blk.depth > computed:
@@ -611,7 +611,11 @@ class CachedOrganization(Organization):
             if key in attn_index:  # another request's copy is discoverable
                 if keyed == i:
                     keyed = i + 1
-                    self.key_waiters.setdefault(key, set()).add(request_id)
+                    waiting = waiters.get(key)
+                    if waiting is None:
+                        waiters[key] = {request_id}
+                    else:
+                        waiting.add(request_id)
                     req.waits.append(key)
                 continue
             if keyed == i:
