@@ -45,8 +45,11 @@ def struct_error():
 class _Forgetful(dict):
     """A ``key_waiters`` that never remembers a waiter (the mechanism switched off)."""
 
+    def __setitem__(self, key, value):
+        pass
+
     def setdefault(self, key, default=None):
-        return set()
+        return set() if default is None else default
 
 
 def _two_copies(forgetful):
