@@ -3,6 +3,7 @@
     PYTHONPATH=. python -O benchmarks/bench_allocator.py [--budget b63] [--requests 300]
                                                          [--repeat 5] [--orgs S0,S1,S2,D0]
     PYTHONPATH=. python benchmarks/bench_allocator.py ...     (the same with invariant checks on)
+    ... --clock cpu        (time each run by this thread's CPU time instead of wall time)
 
 Invariant checks are the organizations' ``assert`` statements (reference-count, ownership and
 free-page checks inside every transition); ``python -O`` strips them ("checks off", the
@@ -64,10 +65,11 @@ def workload(n: int, seed: int = 0) -> list[list[int]]:
 
 
 def run_mix(name: str, units: Units, budget: str, prompts: list[list[int]],
-            observer: Observer) -> int:
-    """Run the mix on a fresh organization; returns the number of operations."""
+            observer: Observer, **policy: object) -> int:
+    """Run the mix on a fresh organization (``policy``: pinning / retention keywords of
+    :func:`make_organization`, none in the benchmark); returns the number of operations."""
     org = make_organization(name, units, plan_budget(units, parse_budget(budget, units)),
-                            observer)
+                            observer, **policy)
     ops = 0
     waiting = list(range(len(prompts)))
     running: dict[str, int] = {}  # request id -> tokens allocated
@@ -209,6 +211,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", default="falcon-h1-7b")
     ap.add_argument("--orgs", default=",".join(ORGANIZATIONS),
                     help="comma-separated organizations (default: all)")
+    ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                    help="time each run by wall clock (perf_counter, default) or by this "
+                         "thread's CPU time (thread_time: steadier when other processes "
+                         "share the cores)")
     ap.add_argument("--profile", metavar="ORG", default=None,
                     help="instead: cProfile one run of ORG's mix (thread CPU clock), top 15")
     args = ap.parse_args(argv)
@@ -223,9 +229,11 @@ def main(argv: list[str] | None = None) -> int:
     units = derive_units(load_geometry(args.model))
     prompts = workload(args.requests)
     plan = plan_budget(units, parse_budget(args.budget, units))
+    clock = time.perf_counter if args.clock == "wall" else time.thread_time
     print(f"model {args.model}, budget {args.budget}, {args.requests} requests, "
           f"{sum(map(len, prompts))} prompt tokens, {args.repeat} interleaved rounds, invariant "
-          f"checks {'ON (asserts active)' if __debug__ else 'OFF (python -O)'}", file=sys.stderr)
+          f"checks {'ON (asserts active)' if __debug__ else 'OFF (python -O)'}, clock "
+          f"{args.clock}", file=sys.stderr)
     grids = {n: (units.d0_attn_tokens if n == "D0" else CHUNK) for n in names}
     mixes: dict[str, tuple[int, int, int, int]] = {}
     for name in names:
@@ -251,9 +259,9 @@ def main(argv: list[str] | None = None) -> int:
     ops: dict[str, int] = {}
     for r in range(args.repeat):
         for key, fn in runs.items():
-            t0 = time.perf_counter()
+            t0 = clock()
             ops[key] = fn()
-            times[key].append(time.perf_counter() - t0)
+            times[key].append(clock() - t0)
         print(f"  round {r + 1} of {args.repeat}: " + ", ".join(
             f"{k} {ops[k] / times[k][-1]:.0f}" for k in runs) + " ops/s", file=sys.stderr)
 

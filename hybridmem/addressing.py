@@ -52,4 +52,9 @@ def decode_line(line: int, slots_per_slab: int) -> LineAddress:
 
 def decode_line_or_none(line: int, slots_per_slab: int) -> LineAddress | None:
     """``(page, slot)`` of a line, or None for the sentinel (or any negative line)."""
-    return None if line < 0 else decode_line(line, slots_per_slab)
+    if line < 0:
+        return None
+    if slots_per_slab.__class__ is not int or slots_per_slab < 1:  # fast path: a plain int
+        _check_slots(slots_per_slab)  # raises what decode_line raises (bool, str, 0, ...)
+    page, slot = divmod(line, slots_per_slab)
+    return LineAddress(page, slot)

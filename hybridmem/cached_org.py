@@ -33,7 +33,7 @@ from hybridmem.checkpoint import MISSING_PAGE, Checkpoint, ConvPlacement
 from hybridmem.conv_slab import NO_LINE, SlabTable
 from hybridmem.events import Cause, Event, EventKind, NullObserver, Observer, Outcome, StateKind
 from hybridmem.geometry import ceil_div
-from hybridmem.hashing import extra_keys, hash_chain
+from hybridmem.hashing import extra_keys, hash_chain, hash_chain_pair
 from hybridmem.org_interface import (
     AllocationResult,
     CheckpointHit,
@@ -75,7 +75,8 @@ class RequestState:
     computed: int = 0  # tokens whose state is written
     preemptions: int = 0
     retained: set[int] = field(default_factory=set)  # checkpoint idents exempt from release
-    keyed: int = 0  # leading blocks known to carry their key (publish starts after them)
+    keyed: int = 0  # leading blocks settled for publish (publish starts after them)
+    waits: list[int] = field(default_factory=list)  # keys of blocks waiting on another copy
 
     @property
     def holds_storage(self) -> bool:
@@ -110,6 +111,9 @@ class CachedOrganization(Organization):
         self.demand: dict[int, set[str]] = {}  # recurrent key -> distinct requesters
         self.live_blocks: set[Block] = set()  # blocks with storage
         self.live_ckpts: dict[int, Checkpoint] = {}  # ident -> checkpoint with storage
+        # attention key -> requests holding an unpublished block with that key, skipped by
+        # publish because another copy is discoverable (they rescan when that copy is lost)
+        self.key_waiters: dict[int, set[str]] = {}
         self.slabs: SlabTable | None = None
         self.owner: dict[str, list[object | None]] = {}  # pool name -> page -> entry / "slab"
         self._next_ident = 0
@@ -150,10 +154,10 @@ class CachedOrganization(Organization):
             raise ValueError(f"request {request_id!r} is already registered")
         tokens = list(token_ids)
         extra = extra_keys(cache_salt)
-        self.requests[request_id] = RequestState(
-            request_id, tokens, cache_salt,
-            hash_chain(StateKind.ATTENTION, tokens, self.attention_grid, extra),
-            hash_chain(StateKind.RECURRENT, tokens, self.recurrent_grid, extra))
+        attn_chain, rec_chain = hash_chain_pair(tokens, self.attention_grid,
+                                                self.recurrent_grid, extra)
+        self.requests[request_id] = RequestState(request_id, tokens, cache_salt, attn_chain,
+                                                 rec_chain)
 
     def append_tokens(self, request_id: str, token_ids: Sequence[int]) -> None:
         req = self._req(request_id)
@@ -243,6 +247,7 @@ class CachedOrganization(Organization):
             self._ckpt_ref(ck, request_id)
             req.ckpts[hit.j] = ck
         req.ckpt_top = req.computed = hit.j
+        req.keyed = len(req.blocks)  # every adopted block carries its key: settled
         # 2. ... and only then the pins that protected it across preemption are released.
         self._unpin_owned(request_id)
         self._emit(EventKind.ADOPTION, request_id=request_id, preemption_count=req.preemptions,
@@ -257,17 +262,20 @@ class CachedOrganization(Organization):
         blk.pool.incref(blk.page)
         blk.holders.add(holder)
 
-    def _block_unref(self, blk: Block, holder: str) -> None:
-        blk.holders.remove(holder)
-        blk.pool.decref(blk.page)
-        if not blk.holders and not blk.key:
-            self._forget_block(blk)
-
-    def _forget_block(self, blk: Block) -> None:
-        assert blk.pool.is_free(blk.page), f"block on page {blk.page} forgotten while its " \
-            "page is not free; this indicates a reference or hold leak"
-        self.live_blocks.discard(blk)
-        self.owner[blk.pool.name][blk.page] = None
+    def _blocks_unref(self, blks: list[Block], holder: str) -> None:
+        """Drop ``holder``'s reference of each block (one pool), in order (the LRU order of the
+        pages that become cached); a block with no holder and no key is forgotten."""
+        for blk in blks:
+            blk.holders.remove(holder)
+        pool = blks[0].pool
+        pool.decref_many([blk.page for blk in blks])
+        live, owners = self.live_blocks, self.owner[pool.name]
+        for blk in blks:
+            if not blk.holders and not blk.key:  # forget it
+                assert pool.is_free(blk.page), f"block on page {blk.page} forgotten while " \
+                    "its page is not free; this indicates a reference or hold leak"
+                live.discard(blk)
+                owners[blk.page] = None
 
     def _conv_pages(self, ck: Checkpoint) -> list[int]:
         """The page carrying ``ck``'s conv state when it is not inside member 0."""
@@ -320,8 +328,8 @@ class CachedOrganization(Organization):
         for ck in dead:
             if self.placement == ConvPlacement.SLOT:
                 self._clear_slot(ck)  # before the slab page can become free
-        for p in (conv + members if self.placement == ConvPlacement.SLOT else members + conv):
-            pool.decref(p)
+        pool.decref_many(conv + members if self.placement == ConvPlacement.SLOT
+                         else members + conv)
         for ck in dead:
             self._forget_ckpt(ck)
 
@@ -376,8 +384,11 @@ class CachedOrganization(Organization):
         return self._fits(need)
 
     def _fits(self, need: Need) -> bool:
-        apool = self.pool_for(StateKind.ATTENTION, need.attention)
-        rpool = self.pool_for(StateKind.RECURRENT, need.recurrent)
+        return self._fits_in(need, self.pool_for(StateKind.ATTENTION, need.attention),
+                             self.pool_for(StateKind.RECURRENT, need.recurrent))
+
+    def _fits_in(self, need: Need, apool: PagePool, rpool: PagePool) -> bool:
+        """:meth:`_fits` with the pools ``pool_for`` gave for ``need``."""
         if apool is rpool:
             return need.total <= apool.num_available
         return need.attention <= apool.num_available and need.recurrent <= rpool.num_available
@@ -389,25 +400,24 @@ class CachedOrganization(Organization):
     def allocate(self, request_id: str, num_tokens: int) -> AllocationResult:
         req = self._req(request_id)
         n_blocks, bounds = self._growth(req, num_tokens)
-        need = Need(n_blocks, self._ckpt_units(len(bounds)))
+        need = Need(n_blocks, self._ckpt_units(len(bounds)) if bounds else 0)
         avail = self.available()
-        ok = self._fits(need)
+        apool = self.pool_for(StateKind.ATTENTION, need.attention)
+        rpool = self.pool_for(StateKind.RECURRENT, need.recurrent)
+        ok = self._fits_in(need, apool, rpool)
         self._emit_allocation(req, need, avail, ok)
         if not ok:
             return AllocationResult(False, need, avail)
-        apool = self.pool_for(StateKind.ATTENTION, need.attention)
-        rpool = self.pool_for(StateKind.RECURRENT, need.recurrent)
         if apool is rpool:
             self._make_free(apool, need.total, request_id)
         else:
             self._make_free(apool, need.attention, request_id)
             self._make_free(rpool, need.recurrent, request_id)
         if n_blocks:
-            take, owners, live = apool.take, self.owner[apool.name], self.live_blocks
+            owners, live = self.owner[apool.name], self.live_blocks
             blocks, ga = req.blocks, self.attention_grid
             depth = len(blocks) * ga
-            for _ in range(n_blocks):
-                page = take()
+            for page in apool.take_many(n_blocks):
                 depth += ga
                 blk = Block(apool, page, depth, 0, {request_id})
                 owners[page] = blk
@@ -438,10 +448,9 @@ class CachedOrganization(Organization):
         owners = self.owner[pool.name]
         ck = Checkpoint(self._next_ident, boundary, [], NO_LINE, holders={holder})
         self._next_ident += 1
-        for _ in range(self.members):
-            page = pool.take()
+        ck.members = pool.take_many(self.members)
+        for page in ck.members:
             owners[page] = ck
-            ck.members.append(page)
         if self.placement == ConvPlacement.INSIDE:
             ck.conv = ck.members[0]
         elif self.placement == ConvPlacement.PAGE:
@@ -464,12 +473,12 @@ class CachedOrganization(Organization):
     # == reclaim and invalidation ==============================================================
     def _make_free(self, pool: PagePool, need: int, requester: str) -> None:
         free = pool._free  # read-only here: the pool's own methods change it
-        oldest, reclaim = pool.oldest_cached, self._reclaim
+        oldest, reclaim, cause = pool.oldest_cached, self._reclaim, Cause.ALLOCATION
         while len(free) < need:
             page = oldest()
             assert page is not None, f"pool {pool.name}: {pool.num_free} free, need {need}, " \
                 "nothing cached; this indicates can_allocate and allocate disagree"
-            reclaim(pool, page, Cause.ALLOCATION, requester)
+            reclaim(pool, page, cause, requester)
 
     def _detach(self, pool: PagePool, page: int) -> list[Block | Checkpoint]:
         """Cut ``page`` out of every entry stored on it; return those entries.
@@ -499,12 +508,16 @@ class CachedOrganization(Organization):
         """Free the cached ``page``: detach it, invalidate every entry that is no longer
         complete, and only then let the pool hand the page out again."""
         owners = self.owner[pool.name]
-        slab = self.slabs is not None and owners[page] == "slab"
-        for entry in self._detach(pool, page):
-            if isinstance(entry, Block):
-                self._lose_block(entry, cause, requester)
-            elif not self._complete(entry):
-                self._lose_ckpt(entry, Cause.SLAB_RECLAIM if slab else cause, requester)
+        entry = owners[page]
+        if entry.__class__ is Block:  # what _detach returns for a block's page: the block
+            self._lose_block(entry, cause, requester)
+        else:
+            slab = self.slabs is not None and entry == "slab"
+            for entry in self._detach(pool, page):
+                if isinstance(entry, Block):
+                    self._lose_block(entry, cause, requester)
+                elif not self._complete(entry):
+                    self._lose_ckpt(entry, Cause.SLAB_RECLAIM if slab else cause, requester)
         pool.reclaim(page)
         owners[page] = None
 
@@ -516,12 +529,21 @@ class CachedOrganization(Organization):
             held_by = self.requests.get(holder)
             if held_by is not None:
                 held_by.keyed = 0  # publish rescans: this block may publish again
+        if key in self.key_waiters:  # their copies of this key may publish now
+            for waiter in self.key_waiters.pop(key):
+                held_by = self.requests.get(waiter)
+                if held_by is not None:
+                    held_by.keyed = 0
         if self._emitting:
             self._emit(EventKind.LOSS, hash=key, depth=blk.depth, state_kind=StateKind.ATTENTION,
                        page=blk.page, cause=cause, requester=requester)
-        blk.pool.unhold(blk.page)
-        if not blk.holders:
-            self._forget_block(blk)
+        pool = blk.pool
+        pool.unhold(blk.page)
+        if not blk.holders:  # forget it
+            assert pool.is_free(blk.page), f"block on page {blk.page} forgotten while its " \
+                "page is not free; this indicates a reference or hold leak"
+            self.live_blocks.discard(blk)
+            self.owner[pool.name][blk.page] = None
 
     def _lose_ckpt(self, ck: Checkpoint, cause: Cause, requester: str) -> None:
         key = ck.key
@@ -570,10 +592,13 @@ class CachedOrganization(Organization):
         attn_index, emitting = self.attn_index, self._emitting
         # Block i ends at (i + 1) g_a; every block that can pass the depth test covers a full
         # chunk, so it has a key: the loop stops where the chain does only after that test
-        # fails. The first ``req.keyed`` blocks carry their key (a keyed block lies within
-        # ``computed``, and only _lose_block clears a key: it resets the holders' count), so
-        # they are skipped: the old full scan would only ``continue`` over them.
+        # fails. The first ``req.keyed`` blocks are settled: each carries its key, or its key
+        # is discoverable on another copy (then the request is in ``key_waiters`` of that
+        # key). Both lie within ``computed``, and only _lose_block removes a key from the
+        # index: it resets the count of the block's holders and of that key's waiters. So the
+        # settled blocks are skipped: the old full scan would only ``continue`` over them.
         blocks, chain, keyed = req.blocks, req.attn_chain, req.keyed
+        pages, waiters = [], self.key_waiters
         for i in range(keyed, min(len(blocks), len(chain))):
             blk = blocks[i]
             if blk.depth > computed:
@@ -583,19 +608,29 @@ class CachedOrganization(Organization):
                     keyed = i + 1
                 continue  # already discoverable (published or adopted)
             key = chain[i]
-            if key in attn_index:
-                continue  # another request's copy is discoverable
+            if key in attn_index:  # another request's copy is discoverable
+                if keyed == i:
+                    keyed = i + 1
+                    waiting = waiters.get(key)
+                    if waiting is None:
+                        waiters[key] = {request_id}
+                    else:
+                        waiting.add(request_id)
+                    req.waits.append(key)
+                continue
             if keyed == i:
                 keyed = i + 1
             blk.key = key
             attn_index[key] = blk
-            blk.pool.hold(blk.page)
+            pages.append(blk.page)
             published.append(key)
             if emitting:
                 self._emit(EventKind.PUBLICATION, request_id=request_id,
                            preemption_count=req.preemptions, hash=key, depth=blk.depth,
                            state_kind=StateKind.ATTENTION, page=blk.page)
         req.keyed = keyed
+        if pages:
+            blocks[0].pool.hold_many(pages)
         pool = None
         for b, ck in sorted(req.ckpts.items()):
             if b > req.computed:
@@ -661,17 +696,28 @@ class CachedOrganization(Organization):
         """Drop every execution reference, deepest first (so deeper entries are older in LRU)."""
         self._release_ckpts(req, [req.ckpts.pop(b) for b in sorted(req.ckpts, reverse=True)],
                             cause)
-        blocks, rid, emitting, unref = req.blocks, req.request_id, self._emitting, \
-            self._block_unref
+        blocks, rid, emitting = req.blocks, req.request_id, self._emitting
+        gone = []
         while blocks:
             blk = blocks.pop()
             if emitting:
                 self._emit(EventKind.RELEASE, request_id=rid, preemption_count=req.preemptions,
                            hash=blk.key, depth=blk.depth, state_kind=StateKind.ATTENTION,
                            page=blk.page, cause=cause)
-            unref(blk, rid)
+            gone.append(blk)
+        if gone:
+            self._blocks_unref(gone, rid)
         req.ckpt_top = req.computed = req.keyed = 0
         req.retained.clear()
+        if req.waits:  # no block left to wait for another copy
+            waiters = self.key_waiters
+            for key in req.waits:
+                waiting = waiters.get(key)
+                if waiting is not None:
+                    waiting.discard(rid)
+                    if not waiting:
+                        del waiters[key]
+            req.waits.clear()
 
     def preempt(self, request_id: str) -> PinDecision | None:
         req = self._req(request_id)

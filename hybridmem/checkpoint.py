@@ -47,4 +47,5 @@ class Checkpoint:
 
 def is_complete(ckpt: Checkpoint, members: int) -> bool:
     """All ``members`` SSM pages and the conv state are present (a partial one is never a hit)."""
-    return len(ckpt.members) == members and all(p >= 0 for p in ckpt.members) and ckpt.conv >= 0
+    return len(ckpt.members) == members and min(ckpt.members, default=0) >= 0 \
+        and ckpt.conv >= 0

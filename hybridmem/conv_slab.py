@@ -64,8 +64,11 @@ class SlabTable:
 
     def free_slots(self, include: Callable[[int], object] | None = None) -> int:
         """Empty slots in existing slabs (only slabs whose page passes ``include``)."""
-        return sum(self.slots_per_slab - self._used[p] for p in self._with_room
-                   if include is None or include(p))
+        spp, used, room = self.slots_per_slab, self._used, 0
+        for p in self._with_room:
+            if include is None or include(p):
+                room += spp - used[p]
+        return room
 
     def occupant(self, line: int) -> int | None:
         ref = decode_line(line, self.slots_per_slab)

@@ -104,18 +104,51 @@ def hash_chain(kind: StateKind, token_ids: Sequence[int], grid: int,
         raise
 
 
+def hash_chain_pair(token_ids: Sequence[int], attention_grid: int, recurrent_grid: int,
+                    extra: Sequence[ExtraKey] = ()) -> tuple[list[int], list[int]]:
+    """``(hash_chain(ATTENTION, t, attention_grid, extra), hash_chain(RECURRENT, t,
+    recurrent_grid, extra))``, the same keys, with the token ids packed once for both."""
+    if attention_grid > 0 and recurrent_grid > 0:
+        try:
+            n = len(token_ids)
+            ca, cr = n // attention_grid, n // recurrent_grid
+            used = max(ca * attention_grid, cr * recurrent_grid)
+            raw = _tokens_packer(used)(*token_ids[:used])
+            tail = _encode_extra(tuple(extra))
+            return (_chain_over(int(StateKind.ATTENTION), raw, attention_grid, tail, NO_HASH, ca),
+                    _chain_over(int(StateKind.RECURRENT), raw, recurrent_grid, tail, NO_HASH,
+                                cr))
+        except Exception:  # bad input: the two chains below raise what they raise
+            pass
+    return (hash_chain(StateKind.ATTENTION, token_ids, attention_grid, extra),
+            hash_chain(StateKind.RECURRENT, token_ids, recurrent_grid, extra))
+
+
 def _fast_chain(kind: int, token_ids: Sequence[int], grid: int, extra: Sequence[ExtraKey],
                 parent: int, start: int, chunks: int) -> list[int]:
     """:func:`chunk_hash` chained over ``chunks`` chunks from ``start``, same bytes: one pack
-    for all tokens, one ``update`` per chunk on a copy of a preset blake2b object."""
-    tail = _encode_extra(tuple(extra))
-    width = 8 * grid
+    for all tokens, then :func:`_chain_over`."""
     raw = _tokens_packer(chunks * grid)(*token_ids[start:start + chunks * grid])
-    head, new, from_bytes = _HEAD.pack, _BLAKE8.copy, int.from_bytes
+    return _chain_over(kind, raw, grid, _encode_extra(tuple(extra)), parent, chunks)
+
+
+@lru_cache(maxsize=64)
+def _message_packer(grid: int, tail_len: int) -> Callable[..., bytes]:
+    """Packs one chunk's whole message: ``<BQI`` head, the packed tokens, the extra tail."""
+    return struct.Struct(f"<BQI{8 * grid}s{tail_len}s").pack
+
+
+def _chain_over(kind: int, raw: bytes, grid: int, tail: bytes, parent: int,
+                chunks: int) -> list[int]:
+    """Keys of the first ``chunks`` ``grid``-token chunks of the packed tokens ``raw``, chained
+    from ``parent``: one message pack and one ``update`` per chunk on a copy of a preset
+    blake2b object (the bytes of :func:`chunk_hash`)."""
+    width = 8 * grid
+    message, new, from_bytes = _message_packer(grid, len(tail)), _BLAKE8.copy, int.from_bytes
     keys = []
     for off in range(0, chunks * width, width):
         h = new()
-        h.update(head(kind, parent, grid) + raw[off:off + width] + tail)
+        h.update(message(kind, parent, grid, raw[off:off + width], tail))
         parent = from_bytes(h.digest(), "big") or 1
         keys.append(parent)
     return keys

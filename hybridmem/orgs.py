@@ -20,6 +20,7 @@ from hybridmem.conv_slab import SlabTable
 from hybridmem.dual_pools import DualPools
 from hybridmem.events import Observer, StateKind
 from hybridmem.geometry import ceil_div
+from hybridmem.org_interface import Need
 from hybridmem.page_pool import PagePool
 
 
@@ -35,6 +36,13 @@ class SharedPoolOrganization(CachedOrganization):
 
     def pool_for(self, kind: StateKind, need: int = 0) -> PagePool:
         return self.pool
+
+    def _ckpt_pool(self) -> PagePool:
+        return self.pool  # pool_for(RECURRENT), without the call
+
+    def available(self) -> Need:
+        n = self.pool.num_available  # one pool serves both kinds
+        return Need(n, n)
 
     def pools(self) -> list[PagePool]:
         return [self.pool]

@@ -18,7 +18,7 @@ Accounting equation, checked by :meth:`check_integrity`: ``free + cached + in_us
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 # watcher(pool name, page, event): "ref0" (last reference dropped), "reclaim" (freed for reuse)
 # or "take" (handed out)
@@ -88,6 +88,21 @@ class PagePool:
             self.watcher(self.name, page, "take")
         return page
 
+    def take_many(self, count: int) -> list[int]:
+        """:meth:`take` ``count`` times, in one call: the next ``count`` free pages in order."""
+        free = self._free
+        assert len(free) >= count, f"pool {self.name}: take_many({count}) with {len(free)} " \
+            "free pages; this indicates a missing can_allocate/reclaim before allocation"
+        popleft, refs = free.popleft, self._refs
+        pages = [popleft() for _ in range(count)]
+        for page in pages:
+            refs[page] = 1
+        self.num_in_use += count
+        if self.watcher is not None:
+            for page in pages:
+                self.watcher(self.name, page, "take")
+        return pages
+
     def incref(self, page: int) -> None:
         if self._refs[page] == 0:
             if self._holds[page]:
@@ -99,23 +114,37 @@ class PagePool:
         self._refs[page] += 1
 
     def decref(self, page: int) -> None:
-        assert self._refs[page] > 0, f"pool {self.name}: decref of page {page} with no " \
-            "reference; this indicates a double release"
-        self._refs[page] -= 1
-        if self._refs[page] == 0:
-            self.num_in_use -= 1
-            if self._holds[page]:
-                self._cached[page] = None  # most recently used end
-            else:
-                self._free.append(page)
-            if self.watcher is not None:
-                self.watcher(self.name, page, "ref0")
+        self.decref_many((page,))
+
+    def decref_many(self, pages: Sequence[int]) -> None:
+        """Drop one reference of each page, in order (the order pages reach the LRU)."""
+        refs, holds, watcher = self._refs, self._holds, self.watcher
+        for page in pages:
+            assert refs[page] > 0, f"pool {self.name}: decref of page {page} with no " \
+                "reference; this indicates a double release"
+            left = refs[page] = refs[page] - 1
+            if left == 0:
+                self.num_in_use -= 1
+                if holds[page]:
+                    self._cached[page] = None  # most recently used end
+                else:
+                    self._free.append(page)
+                if watcher is not None:
+                    watcher(self.name, page, "ref0")
 
     def hold(self, page: int) -> None:
         """A discoverable entry now lives on ``page`` (which must be in use or cached)."""
         assert self._refs[page] or self._holds[page], f"pool {self.name}: hold on free page " \
             f"{page}; this indicates publishing storage that was already released"
         self._holds[page] += 1
+
+    def hold_many(self, pages: Sequence[int]) -> None:
+        """:meth:`hold` on each page (one call)."""
+        refs, holds = self._refs, self._holds
+        for page in pages:
+            assert refs[page] or holds[page], f"pool {self.name}: hold on free page " \
+                f"{page}; this indicates publishing storage that was already released"
+            holds[page] += 1
 
     def unhold(self, page: int) -> None:
         assert self._holds[page] > 0, f"pool {self.name}: unhold of page {page} with no hold"

@@ -92,7 +92,7 @@ MUTANTS: list[Mutant] = [
        "(conv + members if self.placement", "(members + conv if self.placement",
        orgs=("S2",)),
     _m("s1-conv-ages-before-members", "release order", CO,
-       "else members + conv):", "else conv + members):", orgs=("S1",),
+       "else members + conv)", "else conv + members)", orgs=("S1",),
        equivalent="S1 releases all pages of a checkpoint in one batch; reclaiming its conv page "
                   "or a member page first invalidates the same checkpoint and frees the same "
                   "pages, so only page ids differ"),
@@ -153,16 +153,16 @@ MUTANTS: list[Mutant] = [
        "if newest < b <= computed:", "if newest < b < computed:"),
     # -- checkpoint completeness -------------------------------------------------------------
     _m("checkpoint-one-member-short", "completeness", CO,
-       "        for _ in range(self.members):\n", "        for _ in range(self.members - 1):\n",
+       "ck.members = pool.take_many(self.members)", "ck.members = pool.take_many(self.members - 1)",
        orgs=("S1", "S2")),
     _m("complete-presence-only", "completeness", "hybridmem.checkpoint",
-       "return len(ckpt.members) == members and all(",
-       "return len(ckpt.members) >= 1 and all(",
+       "return len(ckpt.members) == members and min(",
+       "return len(ckpt.members) >= 1 and min(",
        equivalent="members lists never change length: a reclaimed member becomes "
                   "MISSING_PAGE in place, so the length test never decides (the machine "
                   "checks every hit's length itself)"),
     _m("complete-page-zero-missing", "completeness", "hybridmem.checkpoint",
-       "all(p >= 0 for p in ckpt.members)", "all(p > 0 for p in ckpt.members)"),
+       "min(ckpt.members, default=0) >= 0", "min(ckpt.members, default=0) > 0"),
     _m("complete-conv-line-zero-missing", "completeness", "hybridmem.checkpoint",
        "and ckpt.conv >= 0", "and ckpt.conv > 0"),
     _m("missing-member-marked-page-zero", "completeness", CO,

@@ -25,8 +25,15 @@ one of each per round, so every figure of a round saw the same machine load:
   stay in cache, as for an event built just before it is emitted; the main figure walks 200k
   distinct prebuilt events, which adds cache misses);
 * ``ns_per_event_enabled_with_close``: on_event loop plus ``close()`` (drain, END, fsync);
-* ``ns_per_event_disabled``: ``NULL_WRITER.on_event(event)``;
-* ``ns_per_event_disabled_guard``: ``if writer.enabled: ...`` at the call site.
+* ``ns_per_event_disabled``: ``NULL_WRITER.on_event(event)`` (a call of a no-op method: what a
+  call site without a guard pays);
+* ``ns_per_event_disabled_guard``: ``if writer.enabled: ...`` at the call site;
+* ``ns_per_event_disabled_call_site``: the guard as the organizations' hot call sites pay it
+  (``if self._emitting:`` on an instance attribute, before any Event or field dict is built:
+  publication, release, loss, allocation in ``hybridmem/cached_org.py``): the disabled cost
+  a traced run's call sites actually pay;
+* ``*_net``: the same minus ``ns_loop_overhead`` (the ``for`` loop alone; each term the fastest
+  of its rounds), i.e. the cost per event the disabled path adds to the caller's own loop.
 
 On a shared machine wall time includes time the OS gave to other processes, so the ``cpu_``
 figures add CPU time: of the emitting thread (``time.thread_time_ns``) and of the whole process
@@ -80,6 +87,22 @@ def floor_loop(events: Sequence[Event]) -> tuple[int, int]:
         seq += 1
     return _clock() - t0, time.thread_time_ns() - c0
 
+class _CallSite:
+    """An emitter shaped like the organizations (``CachedOrganization``): its observer is the
+    disabled writer and ``_emitting`` is the instance flag its hot call sites test."""
+
+    def __init__(self) -> None:
+        self.observer = NULL_WRITER
+        self._emitting = self.observer.enabled
+
+    def run(self, events: Sequence[Event]) -> int:
+        t0 = _clock()
+        for e in events:
+            if self._emitting:
+                self.observer.on_event(e)
+        return _clock() - t0
+
+
 def run_bench(n: int, path: str | None = None, repeats: int = 3,
               progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     if n < 1:
@@ -120,6 +143,11 @@ def run_bench(n: int, path: str | None = None, repeats: int = 3,
             if w.enabled:
                 w.on_event(e)
         return _clock() - t0
+
+    site = _CallSite()
+
+    def loop_call_site() -> int:
+        return site.run(events)
 
     cls = accel.writer_class()
     if cls is not TraceWriter:
@@ -162,6 +190,7 @@ def run_bench(n: int, path: str | None = None, repeats: int = 3,
     empty: list[int] = []
     null: list[int] = []
     guard: list[int] = []
+    call_site: list[int] = []
     enabled: list[tuple[int, int]] = []
     enabled_pure: list[tuple[int, int]] = []
     fast: list[tuple[int, int]] = []
@@ -180,6 +209,7 @@ def run_bench(n: int, path: str | None = None, repeats: int = 3,
         empty.append(loop_empty())
         null.append(loop_null())
         guard.append(loop_guard())
+        call_site.append(loop_call_site())
     os.unlink(scratch)
     say("verifying the written trace")
     verdict = verify(out)
@@ -214,6 +244,10 @@ def run_bench(n: int, path: str | None = None, repeats: int = 3,
         "ns_per_event_enabled_same_event": round(min(t for t, _ in same) / n, 1),
         "ns_per_event_enabled_with_close": round(min(t for _, t in enabled) / n, 1),
         "ns_per_event_disabled_guard": round(min(guard) / n, 1),
+        "ns_per_event_disabled_call_site": round(min(call_site) / n, 1),
+        "ns_per_event_disabled_net": round(max(0, min(null) - min(empty)) / n, 1),
+        "ns_per_event_disabled_guard_net": round(max(0, min(guard) - min(empty)) / n, 1),
+        "ns_per_event_disabled_call_site_net": round(max(0, min(call_site) - min(empty)) / n, 1),
         "ns_loop_overhead": round(min(empty) / n, 1),
         "cpu_ns_per_event_enabled_thread": round(min(c for c, _ in cpu) / n, 1),
         "cpu_ns_per_event_enabled_process": round(min(p for _, p in cpu) / n, 1),
