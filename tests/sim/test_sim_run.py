@@ -60,6 +60,22 @@ def test_stock_manager_traced(tmp_path: Path) -> None:
     assert s["block_tokens"] == 1568 and s["num_blocks"] == 12
 
 
+def test_an_untraced_org_run_hands_back_its_process_state(tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """An organization's scheduler activates a process-global state table; the run must end
+    its life (shutdown) even untraced, or a later real engine in this process finds the sim's
+    table in its forward hook (test_vllm_run after this module failed that way)."""
+    from hybridmem.vllm_plugin import org_scheduler, state_table
+
+    seen: list[object] = []
+    real = org_scheduler.activate_state_table
+    monkeypatch.setattr(org_scheduler, "activate_state_table",
+                        lambda t: (seen.append(t), real(t))[1])
+    run_sim(SimConfig(org="S2", budget="b12", out=tmp_path, **SMALL))
+    assert len(seen) == 2 and seen[0] is not None  # activated (not vacuous) ...
+    assert seen[1] is None and state_table.active() is None  # ... and handed back
+
+
 def test_deterministic_per_seed(tmp_path: Path) -> None:
     def run(seed: int, name: str) -> dict:
         return run_sim(SimConfig(org="S1", budget="b12", seed=seed, out=tmp_path / name,
