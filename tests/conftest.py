@@ -58,6 +58,31 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """``test_mypy_clean`` selected: start mypy now, in the background (tests/test_lint.py)."""
+    if not any(item.nodeid.endswith("test_lint.py::test_mypy_clean") for item in session.items):
+        return
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    from tests.test_lint import BACKGROUND_MYPY, ROOT, mypy_command
+
+    log = Path(tempfile.mkdtemp(prefix="hybridmem-mypy-")) / "mypy.log"
+    with log.open("w") as f:
+        proc = subprocess.Popen(mypy_command(), cwd=ROOT, stdout=f, stderr=subprocess.STDOUT)
+    session.config.stash[BACKGROUND_MYPY] = (proc, log)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    from tests.test_lint import BACKGROUND_MYPY
+
+    background = session.config.stash.get(BACKGROUND_MYPY, None)
+    if background is not None and background[0].poll() is None:  # interrupted session
+        background[0].kill()
+        background[0].wait()
+
+
 def pytest_runtest_setup(item: pytest.Item) -> None:
     if "slow" in item.keywords and not SLOW:
         pytest.skip(f"slow test ({item.path.parent.name}); set HYBRIDMEM_SLOW=1 to run")
