@@ -60,7 +60,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     """``test_mypy_clean`` selected: start mypy now, in the background (tests/test_lint.py)."""
-    if not any(item.nodeid.endswith("test_lint.py::test_mypy_clean") for item in session.items):
+    if session.config.option.collectonly or not any(
+            item.nodeid.endswith("test_lint.py::test_mypy_clean") for item in session.items):
         return
     import subprocess
     import tempfile
