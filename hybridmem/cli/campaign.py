@@ -26,8 +26,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("spec", type=Path, metavar="SPEC.toml", help="campaign spec")
     p.add_argument("--out", type=Path, required=True, metavar="DIR", help="campaign directory")
-    p.add_argument("--workers", type=int, default=1, metavar="N",
-                   help="local worker processes (default 1)")
+    p.add_argument("--workers", type=int, default=None, metavar="N",
+                   help="cells at a time: local worker processes (default 1), or the CPUs of "
+                        "the Ray instance --ray local starts (default: all cores)")
     p.add_argument("--ray", default=None, metavar="ADDRESS",
                    help="run cells as Ray tasks on the cluster at ADDRESS ('local': start one)")
     p.add_argument("--stats-only", action="store_true",
@@ -39,7 +40,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from hybridmem.sim.campaign_spec import load_spec
 
-    if not 1 <= args.workers <= 256:
+    if args.workers is not None and not 1 <= args.workers <= 256:
         raise HybridMemError(f"--workers must lie in [1, 256], got {args.workers}")
     if args.ray is not None and not args.ray.strip():
         raise HybridMemError("--ray needs an address (or 'local')")
@@ -57,7 +58,8 @@ def run(args: argparse.Namespace) -> int:
             raise HybridMemError(f"--stats-only: no {str(runs)!r}; run the campaign first")
     else:
         args.out.mkdir(parents=True, exist_ok=True)
-        runs = run_campaign(spec, args.out, workers=args.workers, ray_address=args.ray)
+        runs = run_campaign(spec, args.out, workers=args.workers or 1, ray_address=args.ray,
+                            ray_cpus=args.workers)
     rows = load_runs(runs)
     failures = args.out / "failures.json"
     failed = json.loads(failures.read_text()) if failures.is_file() else {}

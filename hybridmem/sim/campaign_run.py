@@ -10,7 +10,8 @@
 A cell writes into ``<cell id>.tmp`` and is renamed into place only when its summary exists, so
 a cell directory is always a finished run: rerunning the campaign skips it (resume). Workers are
 separate processes (``spawn``), each importing vLLM once and then taking cells one by one; with
-``--ray ADDRESS`` each cell is a Ray task instead (``ADDRESS`` = ``local`` starts a local Ray).
+``--ray ADDRESS`` each cell is a Ray task instead (``ADDRESS`` = ``local`` starts a local Ray, with
+``--workers N`` CPUs when given, else all cores).
 """
 
 from __future__ import annotations
@@ -89,11 +90,14 @@ def _fixed(spec: CampaignSpec) -> dict[str, Any]:
 
 
 def run_campaign(spec: CampaignSpec, out: Path, workers: int = 1, ray_address: str | None = None,
-                 log: Callable[[str], None] | None = None) -> Path:
-    """Run every unfinished cell of ``spec`` and write ``out/runs.parquet``."""
+                 log: Callable[[str], None] | None = None, ray_cpus: int | None = None) -> Path:
+    """Run every unfinished cell of ``spec`` and write ``out/runs.parquet``. ``ray_cpus``: the
+    CPUs of the Ray instance ``ray_address="local"`` starts (None: Ray's default, all cores)."""
     say = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     if not isinstance(workers, int) or not 1 <= workers <= 256:
         raise HybridMemError(f"workers must be an integer in [1, 256], got {workers}")
+    if ray_cpus is not None and (not isinstance(ray_cpus, int) or not 1 <= ray_cpus <= 256):
+        raise HybridMemError(f"ray_cpus must be an integer in [1, 256], got {ray_cpus}")
     cells_dir = out / "cells"
     cells_dir.mkdir(parents=True, exist_ok=True)
     _write_json(out / "campaign.json", {"name": spec.name, "fixed": _fixed(spec),
@@ -120,7 +124,7 @@ def run_campaign(spec: CampaignSpec, out: Path, workers: int = 1, ray_address: s
     failed: dict[str, str] = {}
     if todo:
         if ray_address:
-            _run_ray(ray_address, fixed, todo, cells_dir, done_rows, failed, say, t0)
+            _run_ray(ray_address, fixed, todo, cells_dir, done_rows, failed, say, t0, ray_cpus)
         elif workers == 1:
             for i, (cid, cell) in enumerate(todo, 1):
                 _record(done_rows, failed, cid, cell_job(fixed, cell.params, str(cells_dir / cid)),
@@ -163,15 +167,17 @@ def _run_pool(workers: int, fixed: dict[str, Any], todo: list[tuple[str, Cell]],
 
 def _run_ray(address: str, fixed: dict[str, Any], todo: list[tuple[str, Cell]], cells_dir: Path,
              rows: dict[str, dict[str, Any]], failed: dict[str, str], say: Callable[[str], None],
-             t0: float) -> None:
+             t0: float, cpus: int | None = None) -> None:
     try:
         import ray
     except ImportError:
         raise HybridMemError("--ray needs the 'ray' package (pip install ray)") from None
     started = not ray.is_initialized()
     if started:
-        ray.init(address=None if address == "local" else address, include_dashboard=False,
-                 log_to_driver=False, runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}})
+        local = address == "local"
+        ray.init(address=None if local else address, num_cpus=cpus if local else None,
+                 include_dashboard=False, log_to_driver=False,
+                 runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}})
     try:
         remote = ray.remote(num_cpus=1)(cell_job)
         refs = {remote.remote(fixed, cell.params, str(cells_dir / cid)): cid

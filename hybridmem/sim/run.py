@@ -135,8 +135,10 @@ def run_sim(cfg: SimConfig, progress: bool = False) -> RunResult:
         outcome = executor.simulate(sched, workload.requests, cost, built.detail["hasher"],
                                     progress=progress)
     finally:
-        if trace_path is not None:
-            sched.shutdown()  # the tracer closes the sink: END
+        # always: the tracer closes the sink (END), and an organization's scheduler hands back
+        # the process-global state table and fault it activated, so a later engine in this
+        # process (a real one included) starts clean
+        sched.shutdown()
     import vllm
 
     summary = summarize(cfg, outcome.records, outcome.end_s, init_s, trace_path,

@@ -17,9 +17,8 @@ HAVE_TRANSFORMERS = importlib.util.find_spec("transformers") is not None
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _vllm_env(tmp_path_factory: pytest.TempPathFactory) -> None:
-    """vLLM writes under VLLM_CACHE_ROOT; keep it out of ~/.cache. One process, no workers."""
-    os.environ["VLLM_CACHE_ROOT"] = str(tmp_path_factory.mktemp("vllm-cache"))
+def _vllm_env() -> None:
+    """One process, no workers (VLLM_CACHE_ROOT: tests/conftest.py, one for the session)."""
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     os.environ.pop("HYBRIDMEM_TRACE", None)
 

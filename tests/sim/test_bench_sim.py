@@ -2,7 +2,11 @@
 
 import re
 
+import pytest
+
 from benchmarks.bench_sim import main
+
+pytestmark = pytest.mark.vllm  # vLLM's scheduler in this process
 
 
 def test_digests_repeat_for_the_same_cell_and_differ_for_another(capsys):

@@ -23,6 +23,9 @@ from tracer.reader import TraceReader
 from tracer.synthetic import synthetic_events
 from tracer.writer import TraceWriter as PyTraceWriter
 
+# Each test names the writer classes it compares (or sets the environment itself): once is
+# enough. The enum-refusal test goes through TraceWriter(...) and runs on both paths.
+pytestmark = pytest.mark.writer_paths("default")
 needs_c = pytest.mark.skipif(accel.ACCELERATED is None, reason=f"{accel.UNAVAILABLE}")
 VOLATILE_META = ("incarnation_id", "created_unix_ns", "pid")
 
@@ -285,6 +288,7 @@ def test_bind_refuses_a_class_without_slots():
         accel._ctrace.bind(Plain, EventKind.END)
 
 
+@pytest.mark.writer_paths("c", "python")
 @pytest.mark.parametrize("bad", [{"kind": 13}, {"kind": 0}, {"kind": 200}, {"state_kind": 9},
                                  {"cause": 7}, {"outcome": 6}])
 def test_an_enum_value_outside_its_enum_is_refused_and_its_packet_survives(tmp_path, bad):
@@ -397,10 +401,7 @@ def _write_any(cls: type, path, events: list[Event]) -> tuple[tuple, list[str], 
 @settings(max_examples=40, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(events=_events())
-def test_random_events_give_the_same_bytes_and_refusals_on_both_paths(tmp_path_factory,
-                                                                       writer_path, events):
-    if writer_path == "python":
-        pytest.skip("compares both writers itself: once is enough")
+def test_random_events_give_the_same_bytes_and_refusals_on_both_paths(tmp_path_factory, events):
     d = tmp_path_factory.mktemp("fuzz")
     c = _write_any(accel.ACCELERATED, d / "c", events)
     py = _write_any(accel.PureTraceWriter, d / "py", events)

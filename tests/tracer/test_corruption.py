@@ -39,6 +39,12 @@ def _build() -> tuple[bytes, list, list[tuple[int, int]]]:
     return data, events, spans
 
 
+# Reader tests: the reader has one (pure-Python) path and ORIGINAL is written once, here, by
+# the writer TraceWriter(...) picks (compiled when built). The pure-Python writer writes the
+# same bytes for the same events (test_accel.py: byte identity incl. every_kind and synthetic
+# streams, with a negative control), so damaging its file would check nothing new: run once.
+pytestmark = pytest.mark.writer_paths("default")
+
 ORIGINAL, EVENTS, SPANS = _build()
 HEADER_LEN = SPANS[0][0]
 EXAMPLES = int(os.environ.get("HYBRIDMEM_CORRUPTION_EXAMPLES", "200"))

@@ -12,6 +12,8 @@ from benchmarks.bench_verify_hostile import hostile
 from tests.tracer.test_corruption import EVENTS, ORIGINAL, SPANS, check
 from tracer import crcrange, read_events, reader, verify
 
+pytestmark = pytest.mark.writer_paths("default")  # reader only (see test_corruption.py)
+
 
 class _CountingZlib:
     def __init__(self):
