@@ -455,16 +455,25 @@ class TraceWriter:
         return True
 
     def _seal(self, next_buf: bytearray) -> None:
-        """Hand the active buffer to the flusher; ``next_buf`` becomes active (token held)."""
-        buf = self._buf
-        with self._cv:
-            self._sealed.append(_Sealed(buf, self._off, self._buf_first_seq,
-                                        self._seq - self._buf_first_seq, self._dropped,
-                                        len(buf) == self._packet_bytes))
-            self._cv.notify_all()
-        self._buf = next_buf
-        self._off = 0
-        self._buf_first_seq = self._seq
+        """Hand the active buffer to the flusher; ``next_buf`` becomes active (token held).
+
+        SIGTERM is held off while the handover runs: the handler raises SystemExit in the main
+        thread between any two bytecodes, and one raised after the buffer is queued but before
+        it stops being the active one made close() seal and write the same packet twice."""
+        held = _hold_sigterm()
+        try:
+            buf = self._buf
+            with self._cv:
+                self._sealed.append(_Sealed(buf, self._off, self._buf_first_seq,
+                                            self._seq - self._buf_first_seq, self._dropped,
+                                            len(buf) == self._packet_bytes))
+                self._cv.notify_all()
+            self._buf = next_buf
+            self._off = 0
+            self._buf_first_seq = self._seq
+        finally:
+            if held is not None:
+                signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
     # ------------------------------------------------------------------ flushing
     def _flush_loop(self) -> None:
@@ -675,6 +684,14 @@ def _after_fork_in_child() -> None:
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _hold_sigterm() -> Any:
+    """Block SIGTERM in the main thread while this writer's handler is installed; returns the
+    previous mask to restore (None: nothing blocked -- other threads never run handlers)."""
+    if not _SIGTERM_INSTALLED or threading.get_ident() != threading.main_thread().ident:
+        return None
+    return signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
 
 
 def _on_sigterm(signum: int, frame: Any) -> None:

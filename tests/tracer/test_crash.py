@@ -80,3 +80,21 @@ def test_exit_without_close_writes_end_at_exit(tmp_path):
     v = verify(path)
     assert v.accepted and v.records == 5000
     assert_exact_prefix(path, 6)
+
+
+@pytest.mark.parametrize("guarded", [True, False], ids=["guarded", "unguarded-control"])
+def test_sigterm_inside_a_buffer_handover_writes_no_packet_twice(tmp_path, guarded):
+    """SIGTERM delivered right after a sealed buffer is queued: the handler's SystemExit must
+    not leave that buffer active, or close() writes its packet a second time. Negative
+    control: without the guard the same moment duplicates the packet."""
+    path = tmp_path / "t.hmtrace"
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    args = [] if guarded else ["--unguarded"]
+    proc = subprocess.run([sys.executable, "-m", "tests.tracer.child_seal_signal", str(path),
+                           *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM, proc.stderr
+    v = verify(path)
+    if guarded:
+        assert v.accepted and v.gaps == 0, v.reason
+    else:
+        assert not v.accepted and "duplicated packets" in v.reason, v.reason
