@@ -82,14 +82,11 @@ class Residency:
         """The layer's scratch at the current capacity (allocated on first use)."""
         held = self.layers.get(prefix)
         if held is None or held.store is not store or held.ssm.shape[0] != self.capacity:
-            if held is not None and held.store is store and self._holds(prefix):
-                raise AssertionError(f"{prefix}: scratch reallocated while rows are resident")
+            # a new layer, or the capacity grew: begin_step wrote every earlier row back
+            # first, so every key this step holds is a miss, read after this
             ssm, conv = store.new_rows(self.capacity)
             held = self.layers[prefix] = _Layer(store, ssm, conv)
         return held
-
-    def _holds(self, prefix: str) -> bool:
-        return bool(self.slots) and prefix in self.layers
 
     # -- a step -----------------------------------------------------------------------------
     def begin_step(self, keys: list[Key]) -> Step:

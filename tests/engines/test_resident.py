@@ -138,3 +138,36 @@ def test_unmapped_rows_are_dropped_not_written() -> None:
     lay.ssm[plan.slots[0]].fill_(9)
     res.begin_step([])
     assert store.pages.any() and res.writes == 1
+
+
+def test_capacity_growth_writes_back_then_reads_every_row() -> None:
+    """A batch larger than the scratch: every earlier row is written back, the scratch grows
+    and every row of the step is read again (the demo's cap-8 batch after 7-row steps)."""
+    layout, sizes = _case("S2", 3, 4)
+    gen = torch.Generator().manual_seed(5)
+    store = LayerStore(layout, sizes, pages=torch.randint(
+        0, 256, (NUM_PAGES, layout.page_bytes), dtype=torch.uint8, generator=gen))
+    table = StateTable(layout)
+    addresses = _addresses(layout, 9, random.Random(2))
+    for b, a in enumerate(addresses, start=1):
+        table.set(b, a)
+    truth = {a: _rows(store, a) for a in addresses}
+    res = Residency()
+    res.bind(table)
+    for step, n in enumerate((3, 9, 9)):  # 3 rows (capacity 8), then 9: growth
+        keys = [(b, addresses[b - 1]) for b in range(1, n + 1)]
+        plan = res.begin_step(keys)
+        lay = res.scratch("layer", store)
+        assert lay.ssm.shape[0] == res.capacity > n
+        if plan.misses:
+            res.read(lay, [plan.slots[i] for i in plan.misses], [keys[i][1] for i in plan.misses])
+        if step == 1:
+            assert len(plan.misses) == n  # all read again after the growth
+        for (_, a), slot in zip(keys, plan.slots, strict=True):
+            _update(lay.ssm[slot], lay.conv[slot], step)
+            _update(*truth[a], step)
+    res.flush_all()
+    s = sizes.ssm_bytes
+    for a in addresses:
+        ssm, conv = _rows(store, a)
+        assert torch.equal(ssm[:s], truth[a][0][:s]) and torch.equal(conv, truth[a][1])
