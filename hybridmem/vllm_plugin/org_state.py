@@ -60,7 +60,7 @@ from hybridmem.vllm_plugin.boundary_export import Sink, boundary_capture
 from hybridmem.vllm_plugin.org_geometry import PAGES_ATTR
 from hybridmem.vllm_plugin.org_storage import LayerStore, StateSizes, Tables
 from hybridmem.vllm_plugin.resident import RESIDENT
-from hybridmem.vllm_plugin.state_table import StateAddress, StateLayout, StateTable
+from hybridmem.vllm_plugin.state_table import StateLayout, StateTable
 
 POISON_ENV = "HYBRIDMEM_POISON_VLLM_STATE"
 ARENA_ENV = "HYBRIDMEM_ORG_ARENA"  # "auto" (default) | "private" | "shared"
@@ -199,9 +199,7 @@ class _Step(NamedTuple):
     table: StateTable
     d: torch.Tensor | None  # state_indices_tensor_d with block ids -> scratch slots
     p: torch.Tensor | None  # state_indices_tensor_p likewise
-    addresses: list[StateAddress]  # of the step's rows, in batch order
-    slots: list[int]  # each row's scratch slot (resident.Residency)
-    misses: list[int]  # rows whose state must be read from their pages this step
+    read: tuple[list[int], Tables] | None  # scratch slots and addresses of the rows to read
     exports: _Exports | None
     remapped: dict[int, Any]  # id(vLLM metadata) -> the same with slot indices (per group md)
 
@@ -279,26 +277,26 @@ def _step(ctx: Any, md: Any, table: StateTable, store: LayerStore) -> _Step:
     RESIDENT.bind(table)
     if not _settings["resident"]:
         RESIDENT.flush_all()  # every row read and written back every step (the A/B path)
-    plan = RESIDENT.begin_step(list(zip(blocks, addresses, strict=True)))
+    plan = RESIDENT.begin_step(list(zip(blocks, addresses, strict=True)), _fresh_prefills(md))
     slot_of = dict(zip(blocks, plan.slots, strict=True))
-    misses = plan.misses
-    fresh = _fresh_prefills(md)
-    if fresh:  # their initial state is never read (zeros instead): no copy in
-        misses = [i for i in misses if blocks[i] not in fresh]
-    step = _Step(ctx, table, _remap(idd, slot_of), _remap(ip, slot_of), addresses, plan.slots,
-                 misses, _export_plan(md, table, store), {})
+    read = None
+    if plan.misses:  # one set of tables for every layer
+        read = ([plan.slots[i] for i in plan.misses],
+                store.tables([addresses[i] for i in plan.misses]))
+    step = _Step(ctx, table, _remap(idd, slot_of), _remap(ip, slot_of), read,
+                 _export_plan(md, table, store), {})
     _last[:] = [step]
     return step
 
 
-def _fresh_prefills(md: Any) -> set[int]:
+def _fresh_prefills(md: Any) -> frozenset[int]:
     """Block ids of prefill rows with no initial state (``has_initial_states_p`` False: the
     forward starts them from zeros, conv and SSM alike, and writes their whole state)."""
     has, ip = getattr(md, "has_initial_states_p", None), md.state_indices_tensor_p
     if has is None or ip is None:
-        return set()
-    return {b for b, h in zip(ip.reshape(-1).tolist(), has.tolist(), strict=True)
-            if b > 0 and not h}
+        return frozenset()
+    return frozenset(b for b, h in zip(ip.reshape(-1).tolist(), has.tolist(), strict=True)
+                     if b > 0 and not h)
 
 
 def _remapped(step: _Step, md: Any) -> Any:
@@ -372,9 +370,8 @@ def _wrap_forward(original: Any) -> Any:
         store = store_for(self, table)
         step = _step(by_layer, md, table, store)
         lay = RESIDENT.scratch(self.prefix, store)
-        if step.misses:
-            RESIDENT.read(lay, [step.slots[i] for i in step.misses],
-                          [step.addresses[i] for i in step.misses])
+        if step.read is not None:
+            RESIDENT.read(lay, *step.read)
         kept = self.kv_cache
         views = getattr(self, "_hybridmem_views", None)
         if views is None or views[0] is not lay.ssm:

@@ -37,7 +37,7 @@ from typing import NamedTuple
 
 import torch
 
-from hybridmem.vllm_plugin.org_storage import LayerStore
+from hybridmem.vllm_plugin.org_storage import LayerStore, Tables
 from hybridmem.vllm_plugin.state_table import StateAddress, StateTable
 
 Key = tuple[int, StateAddress]
@@ -89,8 +89,10 @@ class Residency:
         return held
 
     # -- a step -----------------------------------------------------------------------------
-    def begin_step(self, keys: list[Key]) -> Step:
-        """Slots for this step's ``keys`` (distinct); departed keys written back or dropped."""
+    def begin_step(self, keys: list[Key], fresh: frozenset[int] = frozenset()) -> Step:
+        """Slots for this step's ``keys`` (distinct); departed keys written back or dropped.
+        A new key whose block id is in ``fresh`` (its state is never read: a prefill with no
+        initial state) gets a slot but is not a miss."""
         want = set(keys)
         gone = [k for k in self.slots if k not in want]
         if gone:
@@ -107,21 +109,22 @@ class Residency:
             slot = self.slots.get(key)
             if slot is None:
                 slot = self.slots[key] = next(free)
-                misses.append(i)
+                if key[0] not in fresh:
+                    misses.append(i)
             slots.append(slot)
         self.reads += len(misses)  # per row; every layer reads it
         return Step(slots, misses)
 
-    def read(self, layer: _Layer, slots: list[int], addresses: list[StateAddress]) -> None:
-        """Rows at ``slots`` of ``layer``'s scratch <- the checkpoints at ``addresses``."""
-        t = layer.store.tables(addresses)
+    def read(self, layer: _Layer, slots: list[int], tables: Tables) -> None:
+        """Rows at ``slots`` of ``layer``'s scratch <- the checkpoints at ``tables`` (from
+        ``LayerStore.tables``: every layer has the same layout, so one set serves a step)."""
         lo = slots[0]
         if slots == list(range(lo, lo + len(slots))):
-            layer.store.read_rows(t, layer.ssm[lo:lo + len(slots)],
+            layer.store.read_rows(tables, layer.ssm[lo:lo + len(slots)],
                                   layer.conv[lo:lo + len(slots)])
         else:
             ssm, conv = layer.store.new_rows(len(slots))
-            layer.store.read_rows(t, ssm, conv)
+            layer.store.read_rows(tables, ssm, conv)
             at = torch.tensor(slots, dtype=torch.int64, device=layer.ssm.device)
             layer.ssm.index_copy_(0, at, ssm)
             layer.conv.index_copy_(0, at, conv)

@@ -75,7 +75,8 @@ def _drive(res: Residency, *, skip_src_flush: bool = False) -> tuple[int, int, l
         plan = res.begin_step(keys)
         lay = res.scratch("layer", store)
         if plan.misses:
-            res.read(lay, [plan.slots[i] for i in plan.misses], [keys[i][1] for i in plan.misses])
+            res.read(lay, [plan.slots[i] for i in plan.misses],
+                     store.tables([keys[i][1] for i in plan.misses]))
         for (_, a), slot in zip(keys, plan.slots, strict=True):
             _update(lay.ssm[slot], lay.conv[slot], step)
             _update(*truth[a], step)
@@ -134,7 +135,7 @@ def test_unmapped_rows_are_dropped_not_written() -> None:
     assert not store.pages.any() and res.writes == 0 and not res.slots
     table.set(5, a)  # control: the same row, still mapped, is written back
     plan = res.begin_step([(5, a)])
-    res.read(lay, plan.slots, [a])
+    res.read(lay, plan.slots, store.tables([a]))
     lay.ssm[plan.slots[0]].fill_(9)
     res.begin_step([])
     assert store.pages.any() and res.writes == 1
@@ -160,7 +161,8 @@ def test_capacity_growth_writes_back_then_reads_every_row() -> None:
         lay = res.scratch("layer", store)
         assert lay.ssm.shape[0] == res.capacity > n
         if plan.misses:
-            res.read(lay, [plan.slots[i] for i in plan.misses], [keys[i][1] for i in plan.misses])
+            res.read(lay, [plan.slots[i] for i in plan.misses],
+                     store.tables([keys[i][1] for i in plan.misses]))
         if step == 1:
             assert len(plan.misses) == n  # all read again after the growth
         for (_, a), slot in zip(keys, plan.slots, strict=True):
