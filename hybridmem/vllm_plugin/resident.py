@@ -63,7 +63,6 @@ class Residency:
         self.table: StateTable | None = None
         self.slots: dict[Key, int] = {}
         self.capacity = 0
-        self.epoch = 0  # bumped whenever the scratch is reallocated
         self.layers: dict[str, _Layer] = {}
         self.reads = 0  # rows read from pages / written back, all layers counted once
         self.writes = 0
@@ -76,7 +75,6 @@ class Residency:
             self.slots.clear()
             self.layers.clear()
             self.capacity = 0
-            self.epoch += 1
 
     def scratch(self, prefix: str, store: LayerStore) -> _Layer:
         """The layer's scratch at the current capacity (allocated on first use)."""
@@ -100,7 +98,6 @@ class Residency:
         if len(keys) + 1 > self.capacity:
             self.flush_all()
             self.capacity = max(8, 2 * (len(keys) + 1))
-            self.epoch += 1
         used = set(self.slots.values())
         free = (s for s in range(1, self.capacity) if s not in used)
         slots: list[int] = []
