@@ -134,12 +134,10 @@ class PagePool:
 
     def hold(self, page: int) -> None:
         """A discoverable entry now lives on ``page`` (which must be in use or cached)."""
-        assert self._refs[page] or self._holds[page], f"pool {self.name}: hold on free page " \
-            f"{page}; this indicates publishing storage that was already released"
-        self._holds[page] += 1
+        self.hold_many((page,))
 
     def hold_many(self, pages: Sequence[int]) -> None:
-        """:meth:`hold` on each page (one call)."""
+        """A discoverable entry now lives on each of ``pages`` (in use or cached)."""
         refs, holds = self._refs, self._holds
         for page in pages:
             assert refs[page] or holds[page], f"pool {self.name}: hold on free page " \
