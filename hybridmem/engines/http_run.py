@@ -161,15 +161,15 @@ def _server_env(cfg: RunConfig, trace_path: Path | None, model: Path) -> dict[st
     # the plugin the server loads must be this hybridmem, not another installed copy
     root = str(Path(hybridmem.__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
-    env.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)  # the server runs its engine core apart
     for k in (ENV_TRACE, ENV_TRACE_META, "HYBRIDMEM_ORG_GRID", "HYBRIDMEM_POISON_VLLM_STATE"):
         env.pop(k, None)
     env.update(org_env(cfg, model))  # the grid and poison check reach the engine core
-    if cfg.org != "vllm":
-        # The StateTable is process-wide: the worker must run inside the engine-core process
-        # (vLLM's uni-process executor). vLLM-CPU replaces "uni" by its multiprocess executor
-        # unless this is 0; the API server still starts the engine core as its own process.
-        env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    # The worker runs inside the engine-core process (vLLM's uni-process executor) for every
+    # --org: S0-S2/D0 need it (the StateTable is process-wide), and --org vllm then has the same
+    # process layout, so the arms compare like for like (and one vLLM import less, ~10 s).
+    # vLLM-CPU replaces "uni" by its multiprocess executor unless this is 0; the API server
+    # still starts the engine core as its own process.
+    env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     if trace_path is not None:
         env[ENV_TRACE] = str(trace_path)
         env[ENV_TRACE_META] = json.dumps(
