@@ -98,3 +98,47 @@ def test_sigterm_inside_a_buffer_handover_writes_no_packet_twice(tmp_path, guard
         assert v.accepted and v.gaps == 0, v.reason
     else:
         assert not v.accepted and "duplicated packets" in v.reason, v.reason
+
+
+# Opcodes after which CPython 3.11 never runs a Python signal handler: none of them calls out
+# or jumps backward (the points where the eval breaker is checked), and the int add allocates
+# no container, so no garbage collection (and no __del__) can run in between.
+_NO_SIGNAL_OPS = frozenset({"STORE_ATTR", "LOAD_FAST", "LOAD_CONST", "BINARY_OP", "COPY", "SWAP",
+                            "LOAD_ATTR"})
+
+
+def _between_stores(fn: object, first: str, second: str) -> list[str]:
+    """The opcodes from each ``STORE_ATTR first`` to the next ``STORE_ATTR second``."""
+    import dis
+
+    ins = list(dis.get_instructions(fn))  # type: ignore[arg-type]
+    ops: list[str] = []
+    for i, x in enumerate(ins):
+        if x.opname == "STORE_ATTR" and x.argval == first:
+            j = next(k for k in range(i, len(ins))
+                     if ins[k].opname == "STORE_ATTR" and ins[k].argval == second)
+            ops += [y.opname for y in ins[i + 1:j]]
+    return ops
+
+
+@pytest.mark.skipif(sys.version_info[:2] != (3, 11), reason="eval-breaker points of CPython 3.11")
+def test_no_signal_can_land_between_the_fast_path_offset_and_seq_stores() -> None:
+    """The fast path stores ``_off`` then ``_seq``. A SIGTERM handled between them would leave a
+    record in the buffer that the packet does not count (the verifier rejects the file). The
+    opcodes between the two stores must be ones after which no signal handler can run."""
+    import tracer.writer as w
+
+    for fn in (w.TraceWriter.on_event, w.TraceWriter.record):
+        ops = _between_stores(fn, "_off", "_seq")
+        assert ops, f"{fn.__name__}: the two stores were not found"
+        assert set(ops) <= _NO_SIGNAL_OPS, f"{fn.__name__}: {ops}"
+
+    # negative control: a call between the two stores is a point where the handler runs
+    class Faulty:
+        def step(self, seq: int) -> None:
+            self._off = 1
+            len(())
+            self._seq = seq + 1
+
+    ops = _between_stores(Faulty.step, "_off", "_seq")
+    assert not set(ops) <= _NO_SIGNAL_OPS, ops
