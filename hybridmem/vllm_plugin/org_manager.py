@@ -221,10 +221,8 @@ class OrgKVCacheManager:
         tokens: ``need + H <= available`` per pool, where the units the hit would take out of the
         reclaimable set (cached pages it adopts) are no longer available."""
         org = self.org
-        ga, gr = org.attention_grid, org.recurrent_grid
-        n_blocks = max(0, ceil_div(total, ga) - len(hit.blocks))
-        n_ckpts = len(range(hit.j + gr, ceil_div(total, gr) * gr + 1, gr))
-        rec_units = org._ckpt_units(n_ckpts)
+        n_blocks = max(0, ceil_div(total, org.attention_grid) - len(hit.blocks))
+        rec_units = org._ckpt_units(self._ckpts_after(hit.j, total))
         apool = org.pool_for(StateKind.ATTENTION)
         rpool = org.pool_for(StateKind.RECURRENT)
         taken_a = sum(1 for p in set(hit.blocks) if apool.refs(p) == 0)
@@ -233,15 +231,28 @@ class OrgKVCacheManager:
             ck = org.rec_index.get(hit.checkpoint.key)
             if ck is not None:
                 taken_r = sum(1 for p in set(org._ckpt_pages(ck)) if rpool.refs(p) == 0)
-        ha, hr = self._headroom
-        if self._shared:
-            need = n_blocks + rec_units
-            avail = apool.num_available - taken_a - taken_r
-            return need + ha <= avail, need, avail
         avail_a = apool.num_available - taken_a
         avail_r = rpool.num_available - taken_r
-        ok = n_blocks + ha <= avail_a and rec_units + hr <= avail_r
-        return ok, n_blocks + rec_units, avail_a + avail_r
+        if self._shared:  # one pool: both takings come out of it
+            avail = apool.num_available - taken_a - taken_r
+            return self._fits(n_blocks, rec_units, avail, 0), n_blocks + rec_units, avail
+        return (self._fits(n_blocks, rec_units, avail_a, avail_r), n_blocks + rec_units,
+                avail_a + avail_r)
+
+    def _ckpts_after(self, depth: int, total: int) -> int:
+        """Recurrent checkpoints a request at ``depth`` writes up to ``total`` tokens: one per
+        boundary in ``(depth, ceil(total / gr) * gr]``."""
+        gr = self.org.recurrent_grid
+        return len(range(depth + gr, ceil_div(total, gr) * gr + 1, gr))
+
+    def _fits(self, blocks: int, units: int, avail_a: int, avail_r: int) -> bool:
+        """The admission rule ``need + H <= available``: per pool, or (shared pool, where
+        ``avail_a`` is the one pool and ``avail_r`` is 0) on the sum with the attention
+        headroom."""
+        ha, hr = self._headroom
+        if self._shared:
+            return blocks + units + ha <= avail_a
+        return blocks + ha <= avail_a and units + hr <= avail_r
 
     def allocate_slots(self, request: Any, num_new_tokens: int, num_new_computed_tokens: int = 0,
                        new_computed_blocks: Any = None, num_lookahead_tokens: int = 0,
@@ -328,18 +339,17 @@ class OrgKVCacheManager:
         for ck, owner in org.pins.values():
             if owner != rid:
                 pinned += len(set(org._ckpt_pages(ck)))
-        ha, hr = self._headroom
         atotal = org.pool_for(StateKind.ATTENTION).total
         rtotal = org.pool_for(StateKind.RECURRENT).total
         base = (start // gr) * gr
+        if self._shared:
+            atotal, rtotal = atotal - pinned, 0
+        else:
+            rtotal -= pinned
 
         def fits(e: int) -> bool:
-            blocks = ceil_div(e, ga)
-            units = org._ckpt_units(len(range(base + gr, ceil_div(e, gr) * gr + 1, gr))
-                                    + (1 if base else 0))
-            if self._shared:
-                return blocks + units + ha <= atotal - pinned
-            return blocks + ha <= atotal and units + hr <= rtotal - pinned
+            units = org._ckpt_units(self._ckpts_after(base, e) + (1 if base else 0))
+            return self._fits(ceil_div(e, ga), units, atotal, rtotal)
 
         if fits(end):
             return end
