@@ -1,14 +1,17 @@
-"""Parquet export in bounded memory: peak resident set of ``hybridmem trace export --parquet``
-at two trace sizes, side by side in one run.
+"""Parquet export and ``verify`` of a binary trace: speed of the columnar decoder against the
+row reader, and memory at two trace sizes, side by side in one run.
 
     PYTHONPATH=. python benchmarks/bench_export.py [--events 100000 1000000] [--work DIR]
+        [--paths columnar row]
 
-Each size: a synthetic trace (``tracer.synthetic``) is written once to ``--work``, then a fresh
-child process runs the export (``tracer.export.write_parquet``) and reports its wall and CPU
-seconds and its peak resident set (``ru_maxrss``). A streaming export holds one record batch
-(:data:`tracer.export.BATCH_ROWS` events) at a time, so the peak stays flat as the trace grows;
-an export that built the whole table would grow by hundreds of bytes per event. The last line
-prints the ratio of the peaks and the bytes per extra event.
+Each size: a synthetic trace (``tracer.synthetic``) is written once to ``--work``; then, for each
+decoding path, a fresh child process runs the export (``tracer.export.write_parquet``) and then
+``tracer.verify``, and reports CPU and wall seconds of each and its peak resident set
+(``ru_maxrss``). ``columnar`` is the shipped path (``tracer.columnar``); ``row`` swaps in the
+reference decoder (``tracer.export.row_batches`` for the export, ``TraceReader.events()`` for
+verify). A streaming export holds about one record batch (:data:`tracer.export.BATCH_ROWS`
+events) at a time, so the peak stays flat as the trace grows. The last lines print the CPU
+ratios columnar / row and the peak-RSS ratio between the sizes.
 """
 
 from __future__ import annotations
@@ -38,21 +41,34 @@ def write_trace(path: Path, n: int) -> None:
 
 _CHILD = """
 import json, resource, sys, time
-from tracer.export import write_parquet
+import tracer.export as ex
+import tracer.verdict as vd
+from tracer.reader import TraceReader
+if sys.argv[3] == "row":
+    ex._batches = ex.row_batches
+    def _tally(reader):
+        for _ in reader.events():
+            pass
+    import tracer.columnar as col
+    col.tally = _tally
 t, c = time.perf_counter(), time.process_time()
-v = write_parquet(sys.argv[1], sys.argv[2])
+v = ex.write_parquet(sys.argv[1], sys.argv[2])
+t1, c1 = time.perf_counter(), time.process_time()
+v2 = vd.verify(sys.argv[1])
+t2, c2 = time.perf_counter(), time.process_time()
 u = resource.getrusage(resource.RUSAGE_SELF)
-print(json.dumps({"wall_s": time.perf_counter() - t, "cpu_s": time.process_time() - c,
-                  "peak_rss_kib": u.ru_maxrss, "accepted": v.accepted}))
+print(json.dumps({"wall_s": t1 - t, "cpu_s": c1 - c, "verify_wall_s": t2 - t1,
+                  "verify_cpu_s": c2 - c1, "peak_rss_kib": u.ru_maxrss,
+                  "accepted": v.accepted and v2 == v}))
 """
 
 
-def export(trace: Path, out: Path) -> dict[str, float]:
+def export(trace: Path, out: Path, path: str = "columnar") -> dict[str, float]:
     out.unlink(missing_ok=True)
     root = str(Path(__file__).resolve().parent.parent)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root,
                                                                      os.environ.get("PYTHONPATH")]))}
-    res = subprocess.run([sys.executable, "-c", _CHILD, str(trace), str(out)], env=env,
+    res = subprocess.run([sys.executable, "-c", _CHILD, str(trace), str(out), path], env=env,
                          check=True, capture_output=True, text=True)
     return json.loads(res.stdout.strip().splitlines()[-1])
 
@@ -63,6 +79,8 @@ def main(argv: list[str] | None = None) -> int:
                     metavar=("SMALL", "LARGE"))
     ap.add_argument("--work", type=Path, default=None, help="where traces are kept (default: a "
                     "temporary directory)")
+    ap.add_argument("--paths", nargs="+", choices=("columnar", "row"),
+                    default=["columnar", "row"], help="decoding paths to run (default: both)")
     a = ap.parse_args(argv)
     small, large = a.events
     if not 1_000 <= small < large <= 50_000_000:
@@ -70,18 +88,29 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as scratch:
         work = a.work or Path(scratch)
         work.mkdir(parents=True, exist_ok=True)
-        rows = {}
+        rows: dict[tuple[int, str], dict[str, float]] = {}
         for n in (small, large):
             trace = work / f"synthetic_{n}.bin"
             print(f"# writing {n:,} events ...", file=sys.stderr, flush=True)
             write_trace(trace, n)
-            rows[n] = r = export(trace, work / f"synthetic_{n}.parquet")
-            print(f"{n:>12,} events  wall {r['wall_s']:7.2f} s  CPU {r['cpu_s']:7.2f} s  "
-                  f"peak RSS {r['peak_rss_kib'] / 1024:7.1f} MiB  accepted {r['accepted']}")
-    a_kib, b_kib = rows[small]["peak_rss_kib"], rows[large]["peak_rss_kib"]
-    per_event = (b_kib - a_kib) * 1024 / (large - small)
-    print(f"peak RSS ratio {b_kib / a_kib:.3f} for {large / small:.0f}x the events "
-          f"({per_event:.1f} B per extra event)")
+            for path in a.paths:
+                print(f"# {path}: export + verify of {n:,} events ...", file=sys.stderr,
+                      flush=True)
+                rows[n, path] = r = export(trace, work / f"synthetic_{n}_{path}.parquet", path)
+                print(f"{n:>12,} events  {path:<8}  export CPU {r['cpu_s']:7.2f} s "
+                      f"(wall {r['wall_s']:6.2f})  verify CPU {r['verify_cpu_s']:6.2f} s "
+                      f"(wall {r['verify_wall_s']:6.2f})  peak RSS "
+                      f"{r['peak_rss_kib'] / 1024:7.1f} MiB  accepted {r['accepted']}")
+    if "columnar" in a.paths and "row" in a.paths:
+        for n in (small, large):
+            c, r = rows[n, "columnar"], rows[n, "row"]
+            print(f"columnar / row at {n:,} events: export CPU {c['cpu_s'] / r['cpu_s']:.3f}, "
+                  f"verify CPU {c['verify_cpu_s'] / r['verify_cpu_s']:.3f}")
+    for path in a.paths:
+        a_kib, b_kib = rows[small, path]["peak_rss_kib"], rows[large, path]["peak_rss_kib"]
+        per_event = (b_kib - a_kib) * 1024 / (large - small)
+        print(f"{path}: peak RSS ratio {b_kib / a_kib:.3f} for {large / small:.0f}x the events "
+              f"({per_event:.1f} B per extra event)")
     return 0
 
 

@@ -20,7 +20,7 @@ import os
 import struct
 import zlib
 from collections.abc import Iterator
-from typing import IO, Any
+from typing import IO, Any, Protocol, TypeVar
 
 from hybridmem.events import Cause, Event, EventKind, Outcome, StateKind
 from tracer import crcrange
@@ -34,6 +34,8 @@ DIRECT_CRC_MAX = 4096  # content up to this is CRC'd directly (cheaper than a sh
 CK_BLOCK = 512  # prefix-CRC checkpoint spacing: a range CRC reads <= 2 x 512 B + 44 B
 
 TraceEvent = tuple[int, int, Event]  # (seq, ts_ns, event)
+T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
 
 
 class _Malformed(Exception):
@@ -177,6 +179,12 @@ class TraceReader:
 
     def events(self) -> Iterator[TraceEvent]:
         """(seq, ts_ns, Event) for every record in an intact packet, END last when present."""
+        return self.scan(RowParser())
+
+    def scan(self, parser: PacketParser[T]) -> Iterator[T]:
+        """The packet walk with ``parser`` deciding what a packet's records become: the one
+        place where integrity is judged, whatever the output (``events()``: Event rows;
+        ``tracer.columnar``: Arrow record batches)."""
         try:
             f = open(self.path, "rb")
         except OSError as exc:
@@ -184,12 +192,13 @@ class TraceReader:
         with f:
             f.seek(self.header_len)
             try:
-                yield from self._scan(_Window(f, self.header_len))
+                yield from self._scan(_Window(f, self.header_len), parser)
             except OSError as exc:
                 raise TraceError(f"cannot read trace {self.path!r}: {exc.strerror}") from None
+            yield from parser.finish()
         self._done = True
 
-    def _scan(self, w: _Window) -> Iterator[TraceEvent]:
+    def _scan(self, w: _Window, parser: PacketParser[T]) -> Iterator[T]:
         c = self.counters
         strings: dict[int, str] = {0: ""}
         next_pkt, next_seq = 0, 0
@@ -216,7 +225,7 @@ class TraceReader:
                 continue
             content = bytes(w.buf[start + fmt.PACKET.size:start + fmt.PACKET.size + length])
             try:
-                records, end = _parse_records(content, first_seq, count, strings)
+                records, end = parser.parse(content, first_seq, count, strings)
             except _Malformed:
                 c.malformed_packets += 1
                 w.pos = start + fmt.PACKET.size + length
@@ -234,23 +243,14 @@ class TraceReader:
             next_pkt, next_seq = pkt_seq + 1, first_seq + count
             c.packet_dropped = max(c.packet_dropped, discarded)
             c.packet_write_errors = max(c.packet_write_errors, write_errors)
-            for rec in records:
-                seq, ts, event = rec
-                c.max_seq = max(c.max_seq, seq)
-                if event.kind is EventKind.END:
-                    continue
-                if (event.request_id.startswith(LOST_STRING_PREFIX)
-                        or event.requester.startswith(LOST_STRING_PREFIX)):
-                    c.unresolved_strings += 1
-                c.recovered_records += 1
-                yield rec
+            yield from parser.accept(records, c)
             if end is not None:
                 end_seq, end_ts, end_records, end_dropped, end_errors = end
                 c.end_present = True
                 c.end_records, c.end_dropped, c.end_write_errors = (end_records, end_dropped,
                                                                     end_errors)
                 self.end_ts_ns = end_ts
-                yield end_seq, end_ts, Event(EventKind.END)
+                yield from parser.end(end_seq, end_ts)
                 w.ensure(1)
                 while w.available():
                     c.bytes_after_end += w.available()
@@ -279,6 +279,48 @@ class TraceReader:
 # A request id whose dictionary record was in a lost packet reads as this prefix plus its string
 # id, so two lost ids never merge into one request.
 LOST_STRING_PREFIX = "\x00<lost string #"
+
+
+class PacketParser(Protocol[T_co]):
+    """What :meth:`TraceReader.scan` asks of a record parser. ``parse`` checks one intact
+    packet's records (raising ``_Malformed`` refuses the whole packet; ``strings`` is updated
+    only when it parses) and returns ``(records, end)``; ``accept`` is called for each packet
+    that is in sequence (not a duplicate), tallies ``counters`` (``max_seq``,
+    ``unresolved_strings``, ``recovered_records``) and yields its output; ``end`` yields the
+    END's output; ``finish`` yields what is still held when the file ends."""
+
+    def parse(self, content: bytes, first_seq: int, count: int, strings: dict[int, str]
+              ) -> tuple[Any, tuple[int, int, int, int, int] | None]: ...
+
+    def accept(self, records: Any, counters: ScanCounters) -> Iterator[T_co]: ...
+
+    def end(self, seq: int, ts_ns: int) -> Iterator[T_co]: ...
+
+    def finish(self) -> Iterator[T_co]: ...
+
+
+class RowParser:
+    """Records as ``(seq, ts_ns, Event)`` rows (the reference parser)."""
+
+    def parse(self, content: bytes, first_seq: int, count: int, strings: dict[int, str]
+              ) -> tuple[list[TraceEvent], tuple[int, int, int, int, int] | None]:
+        return _parse_records(content, first_seq, count, strings)
+
+    def accept(self, records: list[TraceEvent], c: ScanCounters) -> Iterator[TraceEvent]:
+        for rec in records:
+            seq, ts, event = rec
+            c.max_seq = max(c.max_seq, seq)
+            if (event.request_id.startswith(LOST_STRING_PREFIX)
+                    or event.requester.startswith(LOST_STRING_PREFIX)):
+                c.unresolved_strings += 1
+            c.recovered_records += 1
+            yield rec
+
+    def end(self, seq: int, ts_ns: int) -> Iterator[TraceEvent]:
+        yield seq, ts_ns, Event(EventKind.END)
+
+    def finish(self) -> Iterator[TraceEvent]:
+        return iter(())
 
 
 def _parse_records(content: bytes, first_seq: int, count: int, strings: dict[int, str]

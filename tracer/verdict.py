@@ -14,9 +14,10 @@ from tracer.reader import TraceReader
 def verify(path: str) -> Verdict:
     """Read the whole trace and judge it. Raises :class:`TraceError` if it cannot be read at all
     (missing file, wrong magic or version, truncated or damaged header)."""
+    from tracer.columnar import tally
+
     reader = TraceReader(path)
-    for _ in reader.events():
-        pass
+    tally(reader)  # the packet walk of reader.events(), no Event objects built
     verdict = reader.verdict()
     assert verdict is not None, "verdict missing after a full read: this indicates a reader bug"
     return verdict

@@ -15,7 +15,8 @@ def test_bench_export_prints_both_sizes_and_the_ratio(tmp_path: Path,
                                                       capsys: pytest.CaptureFixture[str]) -> None:
     assert bench_export.main(["--events", "1000", "3000", "--work", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert "1,000 events" in out and "3,000 events" in out and "accepted True" in out
+    assert "1,000 events" in out and "3,000 events" in out and "accepted False" not in out
+    assert "columnar / row at 3,000 events" in out
     assert "peak RSS ratio" in out
 
 

@@ -1,0 +1,352 @@
+"""Columnar decoding of a binary trace: packets straight to Arrow record batches.
+
+The same packet walk as :meth:`TraceReader.events` (``TraceReader.scan``: magic, CRC, gaps,
+duplicates, torn tails, the verdict), with a parser that never builds an ``Event`` per record.
+Per packet, one Python pass only finds where each record starts (records have variable length:
+string records and hash chains); the fixed 100-byte event records are then gathered into one
+NumPy structured array and checked and converted a column at a time::
+
+    content  [ev][str][ev+chain][ev][ev] ...        walk: offsets of ev, chain spans, strings
+                 |         |      |   |
+    rows     (k, 100) uint8 -> EVENT_DTYPE[k]       checks: seq == first_seq + arange(k),
+                                                     kind/state_kind/cause/outcome in range
+    columns  seq ts_ns kind step request_id ...     enum names and strings by lookup (take)
+
+It refuses exactly the packets :func:`tracer.reader._parse_records` refuses and resolves request
+ids exactly as it does: a string id is known to a record if it was defined in an earlier packet
+or earlier in the same packet (``tests/tracer/test_columnar.py`` compares the two parsers on
+every corruption the suite knows, with a negative control).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from hybridmem.events import Cause, Event, EventKind, Outcome, StateKind
+from tracer import format as fmt
+from tracer.judge import ScanCounters
+from tracer.reader import LOST_STRING_PREFIX, TraceReader, _Malformed
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+# fmt.EVENT as a NumPy record: "<BBBBB3xQqqIIiQqqqqqII", 100 bytes
+EVENT_DTYPE = np.dtype([
+    ("tag", "u1"), ("kind", "u1"), ("state_kind", "u1"), ("cause", "u1"), ("outcome", "u1"),
+    ("_pad", "V3"), ("seq", "<u8"), ("ts_ns", "<i8"), ("step", "<i8"), ("request_id", "<u4"),
+    ("requester", "<u4"), ("preemption_count", "<i4"), ("hash", "<u8"), ("depth", "<i8"),
+    ("page", "<i8"), ("line", "<i8"), ("need", "<i8"), ("free", "<i8"), ("n_chain", "<u4"),
+    ("n_recurrent_chain", "<u4"),
+])
+assert EVENT_DTYPE.itemsize == fmt.EVENT.size, "EVENT_DTYPE out of step with tracer.format.EVENT"
+_COUNTS = struct.Struct("<II")  # n_chain, n_recurrent_chain at offset 92 of an event record
+_COUNTS_AT = 92
+_WIDTH = np.arange(fmt.EVENT.size)
+
+_ENUMS: dict[str, Any] = {"kind": EventKind, "state_kind": StateKind, "cause": Cause,
+                          "outcome": Outcome}
+_INT_COLUMNS = ("step", "preemption_count", "hash", "depth", "page", "line", "need", "free")
+
+
+def _valid(enum: Any, exclude: tuple[int, ...] = ()) -> np.ndarray:
+    ok = np.zeros(256, dtype=bool)
+    for member in enum:
+        if member.value not in exclude:
+            ok[member.value] = True
+    return ok
+
+
+_VALID = {"kind": _valid(EventKind, (EventKind.END.value,)), "state_kind": _valid(StateKind),
+          "cause": _valid(Cause), "outcome": _valid(Outcome)}
+
+
+class _Packet:
+    """One parsed packet: its event rows, where chains are, and when each string was defined."""
+
+    __slots__ = ("rows", "chains", "rchains", "rid", "qid")
+
+    def __init__(self, rows: np.ndarray, chains: np.ndarray, rchains: np.ndarray,
+                 rid: np.ndarray, qid: np.ndarray) -> None:
+        self.rows, self.chains, self.rchains = rows, chains, rchains
+        self.rid, self.qid = rid, qid  # string codes: sid if known to the record, else -sid
+
+    def tail(self, start: int) -> _Packet:
+        """The records from ``start`` on (their hashes with them)."""
+        c = int(self.rows["n_chain"][:start].sum())
+        rc = int(self.rows["n_recurrent_chain"][:start].sum())
+        return _Packet(self.rows[start:], self.chains[c:], self.rchains[rc:], self.rid[start:],
+                       self.qid[start:])
+
+
+def _codes(sids: np.ndarray, known: dict[int, str], defined_at: dict[int, int]) -> np.ndarray:
+    """Per record, its string id if the id was known when the record was read (an earlier
+    packet, or an earlier record of this packet), else minus the id (a lost string)."""
+    codes = sids.astype(np.int64)
+    uniq, inv = np.unique(sids, return_inverse=True)
+    k = len(sids)
+    # records before position known_from[u] do not know string u
+    known_from = np.array([0 if int(u) in known else defined_at.get(int(u), k) for u in uniq],
+                          dtype=np.int64)
+    if known_from.any():
+        lost = np.arange(k) < known_from[inv]
+        codes[lost] = -codes[lost]
+    return codes
+
+
+class ColumnParser:
+    """A :class:`tracer.reader.PacketParser` whose output is Arrow record batches of at most
+    ``rows`` events (END, when present, is the last row of the last batch); with
+    ``arrow=False`` it only tallies (a fast :func:`tracer.verify`)."""
+
+    def __init__(self, schema: pa.Schema | None, rows: int, arrow: bool = True) -> None:
+        self.schema = schema
+        self.rows = rows
+        self.arrow = arrow
+        self.strings: dict[int, str] = {0: ""}  # the reader's dictionary (shared by reference)
+        self.pending: list[_Packet] = []
+        self.n_pending = 0
+        self.end_row: tuple[int, int] | None = None
+
+    # ------------------------------------------------------------------ parse
+    def parse(self, content: bytes, first_seq: int, count: int, strings: dict[int, str]
+              ) -> tuple[_Packet, tuple[int, int, int, int, int] | None]:
+        self.strings = strings
+        offs: list[int] = []
+        spans: list[tuple[int, int, int]] = []  # (offset of the hashes, n_chain, n_recurrent)
+        new_strings: dict[int, str] = {}
+        defined_at: dict[int, int] = {}  # string id -> index of the first event after it
+        end = None
+        off, n = 0, len(content)
+        ev_size, str_size, end_size = fmt.EVENT.size, fmt.STRING.size, fmt.END.size
+        assert ev_size == 100 and _COUNTS_AT == 92 and fmt.TAG_EVENT == 0  # inlined below
+        counts = _COUNTS.unpack_from
+        append = offs.append
+        last_event = n - ev_size  # the last offset where a whole event record fits
+        while off < n:
+            tag = content[off]
+            if tag == 0:  # fmt.TAG_EVENT
+                if off > last_event:
+                    raise _Malformed("event record overruns packet")
+                n_chain, n_rchain = counts(content, off + 92)  # _COUNTS_AT
+                append(off)
+                off += 100  # ev_size
+                if n_chain or n_rchain:
+                    if off + 8 * (n_chain + n_rchain) > n:
+                        raise _Malformed("event seq or chain length wrong")
+                    spans.append((off, n_chain, n_rchain))
+                    off += 8 * (n_chain + n_rchain)
+            elif tag == fmt.TAG_STRING:
+                if off + str_size > n:
+                    raise _Malformed("string record overruns packet")
+                _, sid, length = fmt.STRING.unpack_from(content, off)
+                off += str_size
+                if off + length > n or sid == 0:
+                    raise _Malformed("bad string record")
+                try:
+                    text = content[off:off + length].decode()
+                except UnicodeDecodeError as exc:
+                    raise _Malformed(str(exc)) from None
+                if strings.get(sid, text) != text or new_strings.get(sid, text) != text:
+                    raise _Malformed(f"string id {sid} redefined")
+                new_strings[sid] = text
+                defined_at.setdefault(sid, len(offs))
+                off += length
+            elif tag == fmt.TAG_END:
+                if off + end_size > n:
+                    raise _Malformed("END record overruns packet")
+                _, seq, ts, records, dropped, errors = fmt.END.unpack_from(content, off)
+                off += end_size
+                if seq != first_seq + len(offs):
+                    raise _Malformed("END seq wrong")
+                end = (seq, ts, records, dropped, errors)
+                if off < n:
+                    raise _Malformed("records after END")
+            else:
+                raise _Malformed(f"unknown record tag {tag}")
+        k = len(offs)
+        if k + (end is not None) != count:
+            raise _Malformed("record count disagrees with packet header")
+        raw = np.frombuffer(content, dtype=np.uint8)
+        if k and offs[-1] == (k - 1) * fmt.EVENT.size:  # only plain events, back to back
+            rows = raw[:k * fmt.EVENT.size].view(EVENT_DTYPE)
+        else:
+            rows = raw[np.asarray(offs, dtype=np.int64)[:, None] + _WIDTH].view(
+                EVENT_DTYPE).reshape(k)
+        if k and not np.array_equal(rows["seq"], np.arange(first_seq, first_seq + k,
+                                                            dtype=np.uint64)):
+            raise _Malformed("event seq or chain length wrong")
+        for name, ok in _VALID.items():
+            if k and not ok[rows[name]].all():
+                raise _Malformed(f"{name} out of range")
+        chains, rchains = _hashes(content, spans)
+        packet = _Packet(rows, chains, rchains,  # codes against the dictionary before this packet
+                         _codes(rows["request_id"], strings, defined_at),
+                         _codes(rows["requester"], strings, defined_at))
+        strings.update(new_strings)
+        return packet, end
+
+    # ------------------------------------------------------------------ accept
+    def accept(self, p: _Packet, c: ScanCounters) -> Iterator[pa.RecordBatch]:
+        k = len(p.rows)
+        if not k:
+            return
+        c.max_seq = max(c.max_seq, int(p.rows["seq"][-1]))
+        c.recovered_records += k
+        c.unresolved_strings += int(np.count_nonzero(self._lost(p.rid) | self._lost(p.qid)))
+        if self.arrow:
+            self.pending.append(p)
+            self.n_pending += k
+            if self.n_pending >= self.rows:
+                yield from self._drain(final=False)
+
+    def end(self, seq: int, ts_ns: int) -> Iterator[pa.RecordBatch]:
+        self.end_row = (seq, ts_ns)
+        return iter(())
+
+    def finish(self) -> Iterator[pa.RecordBatch]:
+        if self.arrow:
+            yield from self._drain(final=True)
+
+    # ------------------------------------------------------------------ columns
+    def _lost(self, codes: np.ndarray) -> np.ndarray:
+        """Records whose id reads as a lost string (unknown, or a text that looks like one)."""
+        lost = codes < 0
+        for u in np.unique(codes[codes > 0]):
+            if self.strings[int(u)].startswith(LOST_STRING_PREFIX):
+                lost |= codes == u
+        return lost
+
+    def _text(self, codes: np.ndarray) -> pa.Array:
+        import pyarrow as pa
+
+        uniq, inv = np.unique(codes, return_inverse=True)
+        texts = [self.strings[int(u)] if u >= 0 else f"{LOST_STRING_PREFIX}{-int(u)}>"
+                 for u in uniq]
+        return pa.array(texts, pa.string()).take(pa.array(inv.astype(np.int32)))
+
+    def _batch(self, p: _Packet) -> pa.RecordBatch:
+        import pyarrow as pa
+
+        r = p.rows
+        cols: dict[str, Any] = {"seq": pa.array(r["seq"].astype(np.int64)),
+                                "ts_ns": pa.array(np.ascontiguousarray(r["ts_ns"]))}
+        for name in _ENUMS:
+            cols[name] = _NAMES[name].take(pa.array(r[name].astype(np.int32)))
+        for name in _INT_COLUMNS:
+            cols[name] = pa.array(np.ascontiguousarray(r[name]))
+        cols["request_id"] = self._text(p.rid)
+        cols["requester"] = self._text(p.qid)
+        cols["chain"] = _lists(r["n_chain"], p.chains)
+        cols["recurrent_chain"] = _lists(r["n_recurrent_chain"], p.rchains)
+        assert self.schema is not None
+        return pa.RecordBatch.from_arrays([cols[f.name] for f in self.schema], schema=self.schema)
+
+    def _drain(self, final: bool) -> Iterator[pa.RecordBatch]:
+        """Yield every full batch of ``rows`` rows and keep the rest pending; when ``final``,
+        yield the rest too, END (if read) as its last row."""
+        import pyarrow as pa
+
+        merged = _merge(self.pending)
+        self.pending, self.n_pending = [], 0
+        batches = [self._batch(merged)] if merged is not None else []
+        if final and self.end_row is not None:
+            batches.append(_end_batch(self.schema, *self.end_row))
+        if not batches:
+            return
+        batch = (batches[0] if len(batches) == 1 else
+                 pa.Table.from_batches(batches).combine_chunks().to_batches()[0])
+        start, total = 0, batch.num_rows
+        while total - start >= self.rows or (final and start < total):
+            size = min(self.rows, total - start)
+            yield batch.slice(start, size)
+            start += size
+        if start < total:  # only when not final: END is never pending
+            assert merged is not None
+            self.pending, self.n_pending = [merged.tail(start)], total - start
+
+
+def _merge(packets: list[_Packet]) -> _Packet | None:
+    if not packets:
+        return None
+    if len(packets) == 1:
+        return packets[0]
+    return _Packet(np.concatenate([p.rows for p in packets]),
+                   np.concatenate([p.chains for p in packets]),
+                   np.concatenate([p.rchains for p in packets]),
+                   np.concatenate([p.rid for p in packets]),
+                   np.concatenate([p.qid for p in packets]))
+
+
+def _hashes(content: bytes, spans: list[tuple[int, int, int]]) -> tuple[np.ndarray, np.ndarray]:
+    """The packet's chain and recurrent-chain hashes, each concatenated in record order."""
+    if not spans:
+        empty = np.zeros(0, dtype=np.uint64)
+        return empty, empty
+    chains, rchains = [], []
+    for off, n_chain, n_rchain in spans:
+        h = np.frombuffer(content, dtype="<u8", count=n_chain + n_rchain, offset=off)
+        chains.append(h[:n_chain])
+        rchains.append(h[n_chain:])
+    return np.concatenate(chains).astype(np.uint64), np.concatenate(rchains).astype(np.uint64)
+
+
+def _lists(lengths: np.ndarray, values: np.ndarray) -> pa.Array:
+    import pyarrow as pa
+
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int32)
+    np.cumsum(lengths, out=offsets[1:])
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, pa.uint64()))
+
+
+def _enum_names() -> dict[str, pa.Array]:
+    import pyarrow as pa
+
+    out = {}
+    for name, enum in _ENUMS.items():
+        names: list[str | None] = [None] * 256
+        for member in enum:
+            names[member.value] = member.name.lower()
+        out[name] = pa.array(names, pa.string())
+    return out
+
+
+class _LazyNames(dict[str, "pa.Array"]):
+    """The enum name tables, built on first use (pyarrow imported only then)."""
+
+    def __missing__(self, key: str) -> pa.Array:
+        self.update(_enum_names())
+        return dict.__getitem__(self, key)
+
+
+_NAMES: dict[str, pa.Array] = _LazyNames()
+
+
+def _end_batch(schema: pa.Schema | None, seq: int, ts_ns: int) -> pa.RecordBatch:
+    """The END row, with the defaults of ``Event(EventKind.END)`` as the row exporter writes."""
+    import pyarrow as pa
+
+    assert schema is not None
+    e = Event(EventKind.END)
+    row: dict[str, list[Any]] = {"seq": [seq], "ts_ns": [ts_ns]}
+    for f in schema:
+        if f.name not in row:
+            value = getattr(e, f.name)
+            row[f.name] = [value.name.lower() if f.name in _ENUMS else value]
+    return pa.RecordBatch.from_pydict(row, schema=schema)
+
+
+def record_batches(reader: TraceReader, schema: pa.Schema, rows: int
+                   ) -> Iterator[pa.RecordBatch]:
+    """Every recovered event of ``reader`` (END last when present) as record batches of exactly
+    ``rows`` events (the last one shorter); ``reader.verdict()`` is ready when they are read."""
+    yield from reader.scan(ColumnParser(schema, rows))
+
+
+def tally(reader: TraceReader) -> None:
+    """Read ``reader`` to the end for its verdict only (no rows are built)."""
+    for _ in reader.scan(ColumnParser(None, 1, arrow=False)):
+        pass
