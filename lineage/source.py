@@ -81,18 +81,18 @@ def open_run(path: str | Path, allow_unverified: bool = False,
         except HybridMemError as exc:
             raise HybridMemError(f"{p}: {exc}") from None
     else:
-        from tracer import events_table, verify
+        from tracer import events_table
 
-        verdict = verify(str(p))
-        verified, reason = bool(verdict.accepted), str(getattr(verdict, "reason", ""))
-        if not verified and not allow_unverified:
-            raise UnverifiedTraceError(f"{p}: trace not accepted ({reason}); "
-                                       "--allow-unverified analyses it anyway")
+        # one pass: the table carries the reader's verdict in its metadata
         table = events_table(str(p))
         check_columns(table, str(p))
         if columns is not None:
             table = table.select(list(columns))
         meta = table_meta(table, str(p))
+        verified, reason = _meta_verdict(meta)
+        if not verified and not allow_unverified:
+            raise UnverifiedTraceError(f"{p}: trace not accepted ({reason}); "
+                                       "--allow-unverified analyses it anyway")
     if verified is False and not allow_unverified:
         raise UnverifiedTraceError(f"{p}: its trace verdict is not accepted ({reason}); "
                                    "--allow-unverified analyses it anyway")
