@@ -45,7 +45,7 @@
 #endif
 
 #define RECORD_SIZE 100
-#define CTRACE_API_VERSION 2 /* tracer/cext.py API_VERSION: bump both on any interface change */
+#define CTRACE_API_VERSION 3 /* tracer/cext.py API_VERSION: bump both on any interface change */
 
 enum {
     F_KIND, F_STEP, F_REQUEST_ID, F_PREEMPTION_COUNT, F_HASH, F_DEPTH, F_STATE_KIND, F_PAGE,
@@ -485,7 +485,106 @@ static PyObject *mod_set_clock(PyObject *Py_UNUSED(mod), PyObject *clock) {
     Py_RETURN_NONE;
 }
 
+/* ---------------------------------------------------------------------- reader: record walk
+ * walk(content) -> (offsets, spans, strings, end, error): where each record of one packet's
+ * content starts, for tracer/columnar.py (its _py_walk is the reference, tested equal):
+ *   offsets  bytes, one little-endian int64 per event record (its offset)
+ *   spans    [(offset of the hashes, n_chain, n_recurrent_chain)] for events with hashes
+ *   strings  [(string id, offset of the text, length, number of events before it)]
+ *   end      offset of the END record, or -1
+ *   error    None, or why the packet does not parse (then the rest is meaningless)
+ * Layouts: tracer/format.py EVENT (100 B; n_chain, n_recurrent_chain u32 at 92, 96), STRING
+ * (12 B: tag, pad, id u32 at 4, length u32 at 8), END (48 B). */
+static uint32_t le32(const unsigned char *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static PyObject *walk_result(PyObject *offs, Py_ssize_t k, PyObject *spans, PyObject *strings,
+                             Py_ssize_t end, const char *error) {
+    if (_PyBytes_Resize(&offs, k * 8) < 0) {
+        Py_DECREF(spans);
+        Py_DECREF(strings);
+        return NULL;
+    }
+    PyObject *err = error ? PyUnicode_FromString(error) : Py_NewRef(Py_None);
+    if (err == NULL) {
+        Py_DECREF(offs);
+        Py_DECREF(spans);
+        Py_DECREF(strings);
+        return NULL;
+    }
+    return Py_BuildValue("(NNNnN)", offs, spans, strings, end, err);
+}
+
+static PyObject *mod_walk(PyObject *Py_UNUSED(mod), PyObject *arg) {
+    if (!PyBytes_Check(arg))
+        return PyErr_Format(PyExc_TypeError, "walk() takes bytes, got %R", Py_TYPE(arg));
+    const unsigned char *c = (const unsigned char *)PyBytes_AS_STRING(arg);
+    Py_ssize_t n = PyBytes_GET_SIZE(arg), off = 0, k = 0, end = -1;
+    PyObject *offs = PyBytes_FromStringAndSize(NULL, (n / 100 + 1) * 8);
+    PyObject *spans = PyList_New(0), *strings = PyList_New(0);
+    if (offs == NULL || spans == NULL || strings == NULL) {
+        Py_XDECREF(offs);
+        Py_XDECREF(spans);
+        Py_XDECREF(strings);
+        return NULL;
+    }
+    unsigned char *out = (unsigned char *)PyBytes_AS_STRING(offs);
+    const char *error = NULL;
+    while (off < n && error == NULL) {
+        unsigned char tag = c[off];
+        if (tag == 0) {
+            if (off > n - 100) { error = "event record overruns packet"; break; }
+            uint64_t nc = le32(c + off + 92), nr = le32(c + off + 96);
+            int64_t o = (int64_t)off;
+            for (int b = 0; b < 8; b++) out[k * 8 + b] = (unsigned char)((uint64_t)o >> (8 * b));
+            k++;
+            off += 100;
+            if (nc || nr) {
+                uint64_t bytes = 8 * (nc + nr);
+                if (bytes > (uint64_t)(n - off)) { error = "event seq or chain length wrong"; break; }
+                PyObject *t = Py_BuildValue("(nKK)", off, (unsigned long long)nc,
+                                            (unsigned long long)nr);
+                if (t == NULL || PyList_Append(spans, t) < 0) {
+                    Py_XDECREF(t);
+                    goto fail;
+                }
+                Py_DECREF(t);
+                off += (Py_ssize_t)bytes;
+            }
+        } else if (tag == 2) {
+            if (off > n - 12) { error = "string record overruns packet"; break; }
+            uint32_t sid = le32(c + off + 4), length = le32(c + off + 8);
+            off += 12;
+            if ((uint64_t)length > (uint64_t)(n - off) || sid == 0) { error = "bad string record"; break; }
+            PyObject *t = Py_BuildValue("(knkn)", (unsigned long)sid, off, (unsigned long)length, k);
+            if (t == NULL || PyList_Append(strings, t) < 0) {
+                Py_XDECREF(t);
+                goto fail;
+            }
+            Py_DECREF(t);
+            off += (Py_ssize_t)length;
+        } else if (tag == 3) {
+            if (off > n - 48) { error = "END record overruns packet"; break; }
+            end = off;
+            off += 48;
+            if (off < n) { error = "records after END"; break; }
+        } else {
+            error = "unknown record tag";
+        }
+    }
+    return walk_result(offs, k, spans, strings, end, error);
+fail:
+    Py_DECREF(offs);
+    Py_DECREF(spans);
+    Py_DECREF(strings);
+    return NULL;
+}
+
 static PyMethodDef mod_methods[] = {
+    {"walk", mod_walk, METH_O,
+     "walk(content) -> (offsets, spans, strings, end, error): the records of one packet "
+     "(tracer/columnar.py)."},
     {"bind", mod_bind, METH_VARARGS,
      "bind(Event, kind_max, state_kind_max, cause_max, outcome_max): where on_event reads each "
      "field of an event, and the enum values it may pack."},

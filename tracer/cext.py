@@ -10,7 +10,7 @@ import importlib
 import os
 from typing import Any
 
-API_VERSION = 2  # tracer/_ctrace.c CTRACE_API_VERSION: bump both on any interface change
+API_VERSION = 3  # tracer/_ctrace.c CTRACE_API_VERSION: bump both on any interface change
 PURE_ENV = "HYBRIDMEM_TRACER_PURE"  # any value but "" and "0": no compiled code
 
 

@@ -21,7 +21,7 @@ every corruption the suite knows, with a negative control).
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -97,6 +97,71 @@ def _codes(sids: np.ndarray, known: dict[int, str], defined_at: dict[int, int]) 
     return codes
 
 
+Walk = tuple[Any, list[tuple[int, int, int]], list[tuple[int, int, int, int]], int, "str | None"]
+
+
+def py_walk(content: bytes) -> Walk:
+    """Where each record of one packet's content starts: (event offsets, [(offset of the hashes,
+    n_chain, n_recurrent_chain)] for events with hashes, [(string id, offset of the text,
+    length, events before it)], offset of END or -1, None or why the packet does not parse).
+    The reference for the compiled ``tracer._ctrace.walk``; the checks are those of
+    :func:`tracer.reader._parse_records` that depend on record lengths."""
+    offs: list[int] = []
+    spans: list[tuple[int, int, int]] = []
+    defs: list[tuple[int, int, int, int]] = []
+    off, n, end = 0, len(content), -1
+    assert fmt.EVENT.size == 100 and _COUNTS_AT == 92 and fmt.TAG_EVENT == 0  # inlined below
+    counts = _COUNTS.unpack_from
+    append = offs.append
+    last_event = n - 100  # the last offset where a whole event record fits
+    while off < n:
+        tag = content[off]
+        if tag == 0:  # fmt.TAG_EVENT
+            if off > last_event:
+                return offs, spans, defs, end, "event record overruns packet"
+            n_chain, n_rchain = counts(content, off + 92)  # _COUNTS_AT
+            append(off)
+            off += 100  # fmt.EVENT.size
+            if n_chain or n_rchain:
+                if off + 8 * (n_chain + n_rchain) > n:
+                    return offs, spans, defs, end, "event seq or chain length wrong"
+                spans.append((off, n_chain, n_rchain))
+                off += 8 * (n_chain + n_rchain)
+        elif tag == fmt.TAG_STRING:
+            if off + fmt.STRING.size > n:
+                return offs, spans, defs, end, "string record overruns packet"
+            _, sid, length = fmt.STRING.unpack_from(content, off)
+            off += fmt.STRING.size
+            if off + length > n or sid == 0:
+                return offs, spans, defs, end, "bad string record"
+            defs.append((sid, off, length, len(offs)))
+            off += length
+        elif tag == fmt.TAG_END:
+            if off + fmt.END.size > n:
+                return offs, spans, defs, end, "END record overruns packet"
+            end = off
+            off += fmt.END.size
+            if off < n:
+                return offs, spans, defs, end, "records after END"
+        else:
+            return offs, spans, defs, end, f"unknown record tag {tag}"
+    return offs, spans, defs, end, None
+
+
+def _walk() -> Callable[[bytes], Walk]:
+    """The compiled walk when the extension is built and not switched off
+    (``HYBRIDMEM_TRACER_PURE``), else :func:`py_walk`."""
+    if WALK is not None:
+        return WALK
+    from tracer import cext
+
+    mod, _ = cext.load()
+    return py_walk if mod is None or cext.pure_forced() else mod.walk
+
+
+WALK: Callable[[bytes], Walk] | None = None  # tests pin a walk here
+
+
 class ColumnParser:
     """A :class:`tracer.reader.PacketParser` whose output is Arrow record batches of at most
     ``rows`` events (END, when present, is the last row of the last batch); with
@@ -115,67 +180,36 @@ class ColumnParser:
     def parse(self, content: bytes, first_seq: int, count: int, strings: dict[int, str]
               ) -> tuple[_Packet, tuple[int, int, int, int, int] | None]:
         self.strings = strings
-        offs: list[int] = []
-        spans: list[tuple[int, int, int]] = []  # (offset of the hashes, n_chain, n_recurrent)
-        new_strings: dict[int, str] = {}
-        defined_at: dict[int, int] = {}  # string id -> index of the first event after it
-        end = None
-        off, n = 0, len(content)
-        ev_size, str_size, end_size = fmt.EVENT.size, fmt.STRING.size, fmt.END.size
-        assert ev_size == 100 and _COUNTS_AT == 92 and fmt.TAG_EVENT == 0  # inlined below
-        counts = _COUNTS.unpack_from
-        append = offs.append
-        last_event = n - ev_size  # the last offset where a whole event record fits
-        while off < n:
-            tag = content[off]
-            if tag == 0:  # fmt.TAG_EVENT
-                if off > last_event:
-                    raise _Malformed("event record overruns packet")
-                n_chain, n_rchain = counts(content, off + 92)  # _COUNTS_AT
-                append(off)
-                off += 100  # ev_size
-                if n_chain or n_rchain:
-                    if off + 8 * (n_chain + n_rchain) > n:
-                        raise _Malformed("event seq or chain length wrong")
-                    spans.append((off, n_chain, n_rchain))
-                    off += 8 * (n_chain + n_rchain)
-            elif tag == fmt.TAG_STRING:
-                if off + str_size > n:
-                    raise _Malformed("string record overruns packet")
-                _, sid, length = fmt.STRING.unpack_from(content, off)
-                off += str_size
-                if off + length > n or sid == 0:
-                    raise _Malformed("bad string record")
-                try:
-                    text = content[off:off + length].decode()
-                except UnicodeDecodeError as exc:
-                    raise _Malformed(str(exc)) from None
-                if strings.get(sid, text) != text or new_strings.get(sid, text) != text:
-                    raise _Malformed(f"string id {sid} redefined")
-                new_strings[sid] = text
-                defined_at.setdefault(sid, len(offs))
-                off += length
-            elif tag == fmt.TAG_END:
-                if off + end_size > n:
-                    raise _Malformed("END record overruns packet")
-                _, seq, ts, records, dropped, errors = fmt.END.unpack_from(content, off)
-                off += end_size
-                if seq != first_seq + len(offs):
-                    raise _Malformed("END seq wrong")
-                end = (seq, ts, records, dropped, errors)
-                if off < n:
-                    raise _Malformed("records after END")
-            else:
-                raise _Malformed(f"unknown record tag {tag}")
+        offsets, spans, defs, end_off, error = _walk()(content)
+        if error is not None:
+            raise _Malformed(error)
+        offs = np.frombuffer(offsets, dtype="<i8") if isinstance(offsets, bytes) else \
+            np.asarray(offsets, dtype=np.int64)
         k = len(offs)
+        new_strings: dict[int, str] = {}
+        defined_at: dict[int, int] = {}  # string id -> number of events before its definition
+        for sid, at, length, events_before in defs:
+            try:
+                text = content[at:at + length].decode()
+            except UnicodeDecodeError as exc:
+                raise _Malformed(str(exc)) from None
+            if strings.get(sid, text) != text or new_strings.get(sid, text) != text:
+                raise _Malformed(f"string id {sid} redefined")
+            new_strings[sid] = text
+            defined_at.setdefault(sid, events_before)
+        end = None
+        if end_off >= 0:
+            _, seq, ts, records, dropped, errors = fmt.END.unpack_from(content, end_off)
+            if seq != first_seq + k:  # END is last: every event of the packet precedes it
+                raise _Malformed("END seq wrong")
+            end = (seq, ts, records, dropped, errors)
         if k + (end is not None) != count:
             raise _Malformed("record count disagrees with packet header")
         raw = np.frombuffer(content, dtype=np.uint8)
         if k and offs[-1] == (k - 1) * fmt.EVENT.size:  # only plain events, back to back
             rows = raw[:k * fmt.EVENT.size].view(EVENT_DTYPE)
         else:
-            rows = raw[np.asarray(offs, dtype=np.int64)[:, None] + _WIDTH].view(
-                EVENT_DTYPE).reshape(k)
+            rows = raw[offs[:, None] + _WIDTH].view(EVENT_DTYPE).reshape(k)
         if k and not np.array_equal(rows["seq"], np.arange(first_seq, first_seq + k,
                                                             dtype=np.uint64)):
             raise _Malformed("event seq or chain length wrong")

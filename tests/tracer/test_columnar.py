@@ -28,6 +28,26 @@ from tracer.synthetic import synthetic_events
 pytestmark = pytest.mark.writer_paths("default")  # reader side: one writer path is enough
 
 
+def _compiled_walk() -> object:
+    from tracer import cext
+
+    mod, why = cext.load()
+    return mod.walk if mod is not None else None
+
+
+@pytest.fixture(params=["py", "c"], autouse=True)
+def walk(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test runs with the Python walk and with the compiled one (when built)."""
+    if request.param == "py":
+        monkeypatch.setattr(columnar, "WALK", columnar.py_walk)
+    else:
+        fn = _compiled_walk()
+        if fn is None:
+            pytest.skip("tracer._ctrace not built: the compiled walk is not there to test")
+        monkeypatch.setattr(columnar, "WALK", fn)
+    return str(request.param)
+
+
 def both(path: str | Path, rows: int = 64) -> tuple[pa.Table, pa.Table, ScanCounters,
                                                     ScanCounters]:
     """(row table, columnar table, row counters, columnar counters) of one file; the verdict
@@ -172,7 +192,7 @@ def build(spec: list[tuple]) -> list[bytes]:
     return out
 
 
-@settings(max_examples=int(os.environ.get("HYBRIDMEM_CORRUPTION_EXAMPLES", "200")),
+@settings(max_examples=int(os.environ.get("HYBRIDMEM_CORRUPTION_EXAMPLES", "200")) // 2,
           deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow,
                                                                   HealthCheck.function_scoped_fixture])
 @given(st.lists(_PACKET, min_size=1, max_size=6))
@@ -200,3 +220,27 @@ def test_forged_cases_reach_every_refusal(tmp_path: Path) -> None:
         a, b, ca, cb = both(path)
         assert ca.malformed_packets == 1 and a.num_rows == 0, name
         assert a.equals(b) and ca == cb, name
+
+
+@settings(max_examples=int(os.environ.get("HYBRIDMEM_CORRUPTION_EXAMPLES", "200")),
+          deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(_PACKET, min_size=1, max_size=3), st.integers(0, 400), st.integers(0, 255))
+def test_compiled_walk_equals_the_python_walk(walk: str, spec: list, at: int, xor: int) -> None:
+    """The compiled walk against its reference on packet contents, also with a byte flipped
+    (anywhere: a record length, a tag, a string length)."""
+    fn = _compiled_walk()
+    if walk == "py" or fn is None:
+        pytest.skip("one comparison, run under the compiled parameter")
+    for p in build(spec):
+        content = bytearray(p[fmt.PACKET.size:])
+        if content:
+            content[at % len(content)] ^= xor
+        a, b = columnar.py_walk(bytes(content)), fn(bytes(content))  # type: ignore[operator]
+        assert (a[4] is None) == (b[4] is None), (a[4], b[4])
+        if a[4] is None:
+            import numpy as np
+
+            assert np.frombuffer(b[0], "<i8").tolist() == list(a[0])
+            assert list(map(tuple, b[1])) == a[1] and list(map(tuple, b[2])) == a[2]
+            assert a[3] == b[3]
