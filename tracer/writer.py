@@ -459,9 +459,10 @@ class TraceWriter:
     def _seal(self, next_buf: bytearray) -> None:
         """Hand the active buffer to the flusher; ``next_buf`` becomes active (token held).
 
-        SIGTERM is held off while the handover runs: the handler raises SystemExit in the main
-        thread between any two bytecodes, and one raised after the buffer is queued but before
-        it stops being the active one made close() seal and write the same packet twice."""
+        The SIGTERM handler is deferred while the handover runs (:func:`_hold_sigterm`): it
+        raises SystemExit in the main thread at the next call or backward jump, and one raised
+        after the buffer is queued but before it stops being the active one made close() seal
+        and write the same packet twice."""
         held = _hold_sigterm()
         try:
             buf = self._buf
@@ -474,8 +475,8 @@ class TraceWriter:
             self._off = 0
             self._buf_first_seq = self._seq
         finally:
-            if held is not None:
-                signal.pthread_sigmask(signal.SIG_SETMASK, held)
+            if held:
+                _release_sigterm()  # a deferred SIGTERM raises here, the handover complete
 
     # ------------------------------------------------------------------ flushing
     def _flush_loop(self) -> None:
@@ -688,17 +689,41 @@ def _after_fork_in_child() -> None:
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-def _hold_sigterm() -> Any:
-    """Block SIGTERM in the main thread while this writer's handler is installed; returns the
-    previous mask to restore (None: nothing blocked -- other threads never run handlers)."""
+# Python runs signal handlers in the main thread only, but the process-directed SIGTERM may be
+# received by any thread (the flusher, an engine's threads): masking it in the main thread does
+# not keep the handler out of a handover. So the handler itself defers: while the main thread is
+# inside a handover it records the signal, and the handover raises it when it is complete.
+_HOLDING = 0  # main thread: handovers in progress
+_DEFERRED: list[tuple[int, Any]] = []  # a SIGTERM that arrived during one
+
+
+def _hold_sigterm() -> bool:
+    """Defer this writer's SIGTERM handler while the main thread hands a buffer over; False
+    (nothing deferred) in other threads, whose handovers the handler never interrupts."""
+    global _HOLDING
     if not _SIGTERM_INSTALLED or threading.get_ident() != threading.main_thread().ident:
-        return None
-    return signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+        return False
+    _HOLDING += 1
+    return True
+
+
+def _release_sigterm() -> None:
+    """End a handover; run a SIGTERM deferred during it (which may raise SystemExit)."""
+    global _HOLDING
+    _HOLDING -= 1
+    if _HOLDING == 0 and _DEFERRED:
+        signum, frame = _DEFERRED[0]
+        _DEFERRED.clear()
+        _on_sigterm(signum, frame)
 
 
 def _on_sigterm(signum: int, frame: Any) -> None:
     """SIGTERM: let the previous Python handler decide, else exit through SystemExit so the
-    stack unwinds (releasing any writer lock this thread held) and ``atexit`` writes END."""
+    stack unwinds (releasing any writer lock this thread held) and ``atexit`` writes END.
+    Inside a main-thread handover it only records the signal (see above)."""
+    if _HOLDING:
+        _DEFERRED.append((signum, frame))
+        return
     prev = _PREV_SIGTERM
     if callable(prev):
         prev(signum, frame)
