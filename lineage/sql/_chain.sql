@@ -9,20 +9,18 @@
 CREATE OR REPLACE VIEW _chain AS
 WITH ep AS (
     SELECT
-        e.ep,
-        e.request_id,
-        r.rid,
-        e.entry_seq,
-        e.chain,
-        e.recurrent_chain,
-        CASE WHEN e.has_window THEN e.adopt_seq END AS adopt_seq,
-        CASE WHEN e.has_window AND e.adopt_step >= 0 THEN e.adopt_step END AS adopt_step
-    FROM _entries AS e
-    JOIN _requests AS r ON r.request_id = e.request_id
+        ep,
+        request_id,
+        entry_seq,
+        chain,
+        recurrent_chain,
+        CASE WHEN has_window THEN adopt_seq END AS adopt_seq,
+        CASE WHEN has_window AND adopt_step >= 0 THEN adopt_step END AS adopt_step
+    FROM _entries
 ),
 att AS (
     SELECT
-        ep, request_id, rid, entry_seq, adopt_seq, adopt_step,
+        ep, request_id, entry_seq, adopt_seq, adopt_step,
         len(recurrent_chain) AS recurrent_keys,
         unnest(chain) AS hash,
         generate_subscripts(chain, 1) - 1 AS pos
@@ -30,13 +28,13 @@ att AS (
 ),
 rec AS (
     SELECT
-        ep, request_id, rid, entry_seq, adopt_seq, adopt_step,
+        ep, request_id, entry_seq, adopt_seq, adopt_step,
         unnest(recurrent_chain) AS hash,
         generate_subscripts(recurrent_chain, 1) - 1 AS pos
     FROM ep
 )
 SELECT
-    att.ep, att.request_id, att.rid, att.entry_seq, att.adopt_seq, att.adopt_step,
+    att.ep, att.request_id, att.entry_seq, att.adopt_seq, att.adopt_step,
     false AS is_rec,
     att.pos,
     att.hash,
@@ -46,7 +44,7 @@ SELECT
 FROM att CROSS JOIN _params AS p
 UNION ALL
 SELECT
-    rec.ep, rec.request_id, rec.rid, rec.entry_seq, rec.adopt_seq, rec.adopt_step,
+    rec.ep, rec.request_id, rec.entry_seq, rec.adopt_seq, rec.adopt_step,
     true AS is_rec,
     rec.pos,
     rec.hash,
@@ -57,7 +55,6 @@ FROM rec CROSS JOIN _params AS p;
 COMMENT ON VIEW _chain IS 'episode chain positions with their grid boundaries and cuts';
 COMMENT ON COLUMN _chain.ep IS 'episode id (_entries.ep)';
 COMMENT ON COLUMN _chain.request_id IS 'request id of the episode';
-COMMENT ON COLUMN _chain.rid IS 'integer id of the request (_requests.rid)';
 COMMENT ON COLUMN _chain.entry_seq IS 'J_enter cut: state after every event with seq < entry_seq';
 COMMENT ON COLUMN _chain.adopt_seq IS 'exact lookup cut (NULL: no window)';
 COMMENT ON COLUMN _chain.adopt_step IS 'lookup step for M0/M1 (NULL: no window or unknown step)';

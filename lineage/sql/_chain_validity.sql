@@ -5,9 +5,7 @@
 --   m1:    m0, or published within adopt_step by a    (lookup, step-ordered upper bound)
 --          request other than the episode's own
 -- An entry's state at a seq cut is the is_pub of its last supply row before the cut (false when
--- none). The entry's rows are numbered consecutively (_supply.sup_no), so the number of the row
--- just before its first row at or after a cut (supply_before_*), taken at the entry and at the
--- adoption cut, delimits the entry's rows in the window. Request ids travel as integers (rid).
+-- none); that row's sup_no at the entry and the adoption cut delimits the rows in the window.
 --
 -- One ASOF lookup per chain position settles almost every position: the entry's first supply
 -- row at or after the entry cut (row n+1; a sentinel after its last row when there is none)
@@ -44,7 +42,7 @@ part_supply AS (
 after_cut AS (
     -- every supply row, and a sentinel after each entry's last one (seq = max BIGINT)
     SELECT is_rec, hash, seq, sup_no - 1 AS rows_before, valid_before, prev_step,
-           step, is_pub, rid, next_step
+           step, is_pub, request_id, next_step
     FROM part_supply
     UNION ALL
     SELECT is_rec, hash, 9223372036854775807, sup_no, is_pub, step, NULL, NULL, NULL, NULL
@@ -53,11 +51,11 @@ after_cut AS (
 ),
 probe AS MATERIALIZED (
     SELECT
-        c.ep, c.rid, c.entry_seq, c.adopt_seq, c.adopt_step,
+        c.ep, c.request_id, c.entry_seq, c.adopt_seq, c.adopt_step,
         c.is_rec, c.pos, c.hash, c.end_tokens, c.in_reach,
         coalesce(nx.valid_before, false) AS valid_entry,
         coalesce(nx.rows_before, 0) AS supply_before_entry,
-        nx.is_pub AND nx.step = c.adopt_step AND nx.rid IS DISTINCT FROM c.rid
+        nx.is_pub AND nx.step = c.adopt_step AND nx.request_id IS DISTINCT FROM c.request_id
             AS next_published_by_other,
         (c.adopt_seq IS NULL OR nx.seq IS NULL OR nx.seq >= c.adopt_seq)
         AND (c.adopt_step IS NULL
@@ -65,12 +63,10 @@ probe AS MATERIALIZED (
                  AND (nx.prev_step IS NULL OR nx.prev_step < c.adopt_step)
                  AND (nx.step IS NULL OR nx.step > c.adopt_step
                       OR (nx.step = c.adopt_step
-                          AND ((nx.is_pub AND nx.rid IS DISTINCT FROM c.rid)
+                          AND ((nx.is_pub AND nx.request_id IS DISTINCT FROM c.request_id)
                                OR nx.next_step IS DISTINCT FROM c.adopt_step)))))
             AS settled
-    FROM (SELECT c.ep, c.rid, c.entry_seq, c.adopt_seq, c.adopt_step, c.is_rec, c.pos, c.hash,
-                 c.end_tokens, c.in_reach
-          FROM _chain AS c CROSS JOIN _params AS p
+    FROM (SELECT c.* FROM _chain AS c CROSS JOIN _params AS p
           WHERE c.hash % p.parts = p.part) AS c
     CROSS JOIN supply_ordered AS o
     ASOF LEFT JOIN after_cut AS nx
@@ -83,7 +79,7 @@ rest_keys AS (
     SELECT DISTINCT is_rec, hash FROM rest
 ),
 rest_supply AS MATERIALIZED (
-    SELECT s.is_rec, s.hash, s.seq, s.step, s.is_pub, s.sup_no, s.rid
+    SELECT s.is_rec, s.hash, s.seq, s.step, s.is_pub, s.sup_no, s.request_id
     FROM _supply AS s
     SEMI JOIN rest_keys AS k ON k.is_rec = s.is_rec AND k.hash = s.hash
 ),
@@ -95,8 +91,8 @@ rest_steps AS MATERIALIZED (
         step,
         arg_max(is_pub, seq) AS valid_after_step,
         bool_or(is_pub) AS published_in_step,
-        CASE WHEN min(rid) FILTER (WHERE is_pub) = max(rid) FILTER (WHERE is_pub)
-             THEN min(rid) FILTER (WHERE is_pub) END AS sole_publisher
+        CASE WHEN min(request_id) FILTER (WHERE is_pub) = max(request_id) FILTER (WHERE is_pub)
+             THEN min(request_id) FILTER (WHERE is_pub) END AS sole_publisher
     FROM rest_supply
     GROUP BY is_rec, hash, step
 )
@@ -119,12 +115,11 @@ SELECT
     r.valid_entry,
     r.supply_before_entry,
     CASE WHEN r.adopt_seq IS NOT NULL THEN coalesce(fa.is_pub, false) END AS valid_exact,
-    CASE WHEN r.adopt_seq IS NOT NULL THEN coalesce(fa.sup_no, r.supply_before_entry) END
-        AS supply_before_adopt,
+    CASE WHEN r.adopt_seq IS NOT NULL THEN coalesce(fa.sup_no, 0) END AS supply_before_adopt,
     CASE WHEN r.adopt_step IS NOT NULL THEN coalesce(s0.valid_after_step, false) END AS valid_m0,
     CASE WHEN r.adopt_step IS NOT NULL
          THEN coalesce(s0.valid_after_step, false)
-              OR coalesce(s1.published_in_step AND s1.sole_publisher IS DISTINCT FROM r.rid,
+              OR coalesce(s1.published_in_step AND s1.sole_publisher IS DISTINCT FROM r.request_id,
                           false)
     END AS valid_m1
 FROM rest AS r
@@ -144,8 +139,8 @@ COMMENT ON COLUMN _chain_validity.end_tokens IS 'tokens: block end / checkpoint 
 COMMENT ON COLUMN _chain_validity.in_reach IS 'can move J: a checkpoint or a block below the deepest checkpoint boundary';
 COMMENT ON COLUMN _chain_validity.has_window IS 'the episode was adopted after its entry';
 COMMENT ON COLUMN _chain_validity.valid_entry IS 'valid at the waiting-entry cut';
-COMMENT ON COLUMN _chain_validity.supply_before_entry IS '_supply.sup_no of the row before the entry''s first supply row at or after the waiting-entry cut (0: the entry has none)';
+COMMENT ON COLUMN _chain_validity.supply_before_entry IS 'supply rows of the entry before the waiting-entry cut';
 COMMENT ON COLUMN _chain_validity.valid_exact IS 'valid at the adoption cut by seq (NULL: no window)';
-COMMENT ON COLUMN _chain_validity.supply_before_adopt IS 'the same at the adoption cut: rows supply_before_entry+1 .. supply_before_adopt are the entry''s rows in the window (NULL: no window)';
+COMMENT ON COLUMN _chain_validity.supply_before_adopt IS 'supply rows of the entry before the adoption cut (NULL: no window)';
 COMMENT ON COLUMN _chain_validity.valid_m0 IS 'valid after all steps before the lookup step (NULL: no step)';
 COMMENT ON COLUMN _chain_validity.valid_m1 IS 'valid_m0 or published within the lookup step by another request (NULL: no step)';

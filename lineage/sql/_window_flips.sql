@@ -1,7 +1,6 @@
 -- _window_flips: every validity change of an episode's chain entries inside its waiting window
--- (entry_seq, adopt_seq). The supply rows numbered supply_before_entry+1 .. supply_before_adopt
--- (_supply.sup_no, unique) are exactly the entry's rows in the window, so an equi-join on sup_no
--- enumerates them
+-- (entry_seq, adopt_seq). The entry's supply rows numbered supply_before_entry+1 ..
+-- supply_before_adopt are exactly those in the window, so an equi-join on sup_no enumerates them
 -- (the flips among them are the changes) without a range join over the whole history of popular
 -- keys. Blocks beyond the deepest checkpoint boundary
 -- cannot move J and are left out.
@@ -24,7 +23,7 @@ SELECT
     f.is_pub
 FROM wanted AS w
 JOIN _flips AS f
-    ON f.sup_no = w.sup_no;
+    ON f.is_rec = w.is_rec AND f.hash = w.hash AND f.sup_no = w.sup_no;
 
 COMMENT ON VIEW _window_flips IS 'validity changes of chain entries inside each waiting window';
 COMMENT ON COLUMN _window_flips.ep IS 'episode id of the waiting episode';
