@@ -2,14 +2,39 @@
 -- the binary trace's verdict (END record, dropped and write-error counters); for an exported
 -- Parquet table they are what can still be checked.
 CREATE OR REPLACE VIEW table_checks AS
-WITH s AS (
+WITH bounds AS (
     SELECT
         count(*) AS events,
         min(seq) AS first_seq,
         max(seq) AS last_seq,
-        count(DISTINCT seq) AS distinct_seqs,
-        count(*) FILTER (WHERE kind = 'end') AS end_records
+        count(*) FILTER (WHERE kind = 'end') AS end_records,
+        -- dense: the seq range fits in at most events / 4096 + 16 slices of 65,536 values
+        coalesce((max(seq) - min(seq)) // 65536 < count(*) // 4096 + 16, false) AS dense
     FROM events
+),
+dense_distinct AS (
+    -- distinct seqs of a dense range without a hash table of every seq (one that outgrows memory
+    -- past ~30M events): one bitmap of 65,536 bits per slice seq >> 16, its set bits counted
+    --     seqs 1 1 2 70000  ->  slice 0: bits {1, 2}, slice 1: bit {4464}  ->  3 distinct
+    SELECT CAST(sum(bit_count(b)) AS BIGINT) AS n
+    FROM (
+        SELECT bitstring_agg(CAST(seq & 65535 AS INTEGER), 0, 65535) AS b
+        FROM events
+        WHERE (SELECT dense FROM bounds)
+        GROUP BY seq >> 16
+    )
+),
+sparse_distinct AS (
+    SELECT count(DISTINCT seq) AS n FROM events WHERE NOT (SELECT dense FROM bounds)
+),
+s AS (
+    SELECT
+        b.events,
+        b.first_seq,
+        b.last_seq,
+        CASE WHEN b.dense THEN coalesce(d.n, 0) ELSE x.n END AS distinct_seqs,
+        b.end_records
+    FROM bounds AS b CROSS JOIN dense_distinct AS d CROSS JOIN sparse_distinct AS x
 ),
 step_bounds AS (
     -- first seq of each known step; a supply row regresses when a later step began before it:
