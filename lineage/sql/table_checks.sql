@@ -39,19 +39,28 @@ s AS (
 step_bounds AS (
     -- first seq of each known step; a supply row regresses when a later step began before it:
     --     steps by seq  1 1 2 1 3   ->  the third "1" (after step 2 began) is one regression
-    SELECT step, min(seq) AS first_seq FROM _supply WHERE step >= 0 GROUP BY step
+    SELECT step, min(seq) AS first_seq, max(seq) AS last_seq
+    FROM _supply
+    WHERE step >= 0
+    GROUP BY step
 ),
 later_start AS (
     SELECT
         step,
+        last_seq,
         min(first_seq) OVER (ORDER BY step DESC
                              ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS later_first_seq
     FROM step_bounds
 ),
+regressing_steps AS (
+    -- only a step whose last row follows a later step's start can hold a regression; the rows
+    -- are counted for those steps alone (usually none), not joined for every step
+    SELECT step, later_first_seq FROM later_start WHERE last_seq > later_first_seq
+),
 regressions AS (
     SELECT count(*) AS n
     FROM _supply AS u
-    JOIN later_start AS l ON l.step = u.step
+    JOIN regressing_steps AS l ON l.step = u.step
     WHERE u.seq > l.later_first_seq
 )
 SELECT
