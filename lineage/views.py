@@ -104,12 +104,6 @@ HEAVY = HEAVY_SETS["current"]
 # memory) the ASOF join of ``_chain_validity`` spills and its CPU per event triples.
 PARTITIONED_SETS: dict[str, tuple[str, ...]] = {"current": ("_chain_validity",),
                                                 "reference": ()}
-# Views stored once, ordered by their ``part`` column (``hash % _params.parts``), before the
-# partitioned views read them partition by partition: each partition then scans only its own
-# row groups (a filter on ``part`` skips the others) instead of recomputing the view, whose
-# cost would otherwise grow with partitions x events (the chain expansion: ~3 CPU-s per pass
-# over 30M events).
-CLUSTERED_SETS: dict[str, tuple[str, ...]] = {"current": ("_chain",), "reference": ()}
 PART_EVENTS = 10_000_000
 
 _IDENT = re.compile(r"^[a-z_][a-z0-9_]*$")
@@ -126,8 +120,7 @@ def create_views(con: duckdb.DuckDBPyConnection, meta: RunMeta,
     ``on_view(name)`` is called after each one is created (the per-view timing uses it).
     With ``parts > 1`` the materialized views of :data:`PARTITIONED_SETS` are computed one key
     partition at a time (the rows of each appended), which bounds their memory; the rows are
-    the same. The views of :data:`CLUSTERED_SETS` are then stored first, ordered by key
-    partition (their ``part`` column keeps the partition of ``parts``).
+    the same.
     """
     if not 1 <= parts <= 4096:
         raise ValueError(f"parts must be 1..4096, got {parts}")
@@ -135,30 +128,28 @@ def create_views(con: duckdb.DuckDBPyConnection, meta: RunMeta,
         raise ValueError("parts > 1 needs the partitioned views materialized "
                          f"({PARTITIONED_SETS[sql]})")
     for name in creation_order(sql):
-        clustered = parts > 1 and name in CLUSTERED_SETS[sql]
         stmts = con.extract_statements(load_sql(name, sql))
         for i, st in enumerate(stmts):
             if name == PARAMS and i == 0:
                 con.execute(st.query, [meta.attention_grid_tokens, meta.recurrent_grid_tokens])
-            elif (name in materialize or clustered) and i > 0:
+            elif name in materialize and i > 0:
                 continue  # comments are applied after the swap below
             else:
                 con.execute(st.query)
-        if name in materialize or clustered:
+        if name in materialize:
             # identifiers cannot be bound; these come from our own file names, checked here
             assert _IDENT.match(name), f"SQL file name {name!r} is not a plain identifier"
             tmp = f"{name}__rows"
             # TEMP: held in memory and spilled to the temp directory past the memory limit,
             # never written (compressed, checkpointed) into an on-disk database
             split = parts if name in PARTITIONED_SETS[sql] else 1
-            if split > 1 or clustered:
-                con.execute("UPDATE _params SET parts = ?, part = 0", [parts])
-            order = " ORDER BY part" if clustered else ""
-            con.execute(f"CREATE TEMP TABLE {tmp} AS SELECT * FROM {name}{order}")
+            if split > 1:
+                con.execute("UPDATE _params SET parts = ?, part = 0", [split])
+            con.execute(f"CREATE TEMP TABLE {tmp} AS SELECT * FROM {name}")
             for part in range(1, split):
                 con.execute("UPDATE _params SET part = ?", [part])
                 con.execute(f"INSERT INTO {tmp} SELECT * FROM {name}")
-            if split > 1 or clustered:
+            if split > 1:
                 con.execute("UPDATE _params SET parts = 1, part = 0")
             con.execute(f"DROP VIEW {name}")
             con.execute(f"ALTER TABLE {tmp} RENAME TO {name}")

@@ -5,10 +5,7 @@
 --     ga = 16, gr = 1792 (D0)         112 blocks per checkpoint    ckpt@1792 ckpt@3584
 --
 -- adopt_seq / adopt_step are the lookup cuts, NULL where the episode has no window (or, for
--- adopt_step, when the lookup step is unknown). part is the key partition of _chain_validity
--- (hash % _params.parts); when the harness computes that view in partitions it first stores
--- these rows once in a table ordered by part, so that each partition reads its own row groups
--- instead of expanding every chain again.
+-- adopt_step, when the lookup step is unknown).
 CREATE OR REPLACE VIEW _chain AS
 WITH ep AS (
     SELECT
@@ -43,8 +40,7 @@ SELECT
     att.hash,
     (att.pos + 1) * p.attention_grid_tokens AS end_tokens,
     att.pos < att.recurrent_keys * (p.recurrent_grid_tokens // p.attention_grid_tokens)
-        AS in_reach,
-    CAST(att.hash % p.parts AS USMALLINT) AS part
+        AS in_reach
 FROM att CROSS JOIN _params AS p
 UNION ALL
 SELECT
@@ -53,8 +49,7 @@ SELECT
     rec.pos,
     rec.hash,
     (rec.pos + 1) * p.recurrent_grid_tokens AS end_tokens,
-    true AS in_reach,
-    CAST(rec.hash % p.parts AS USMALLINT) AS part
+    true AS in_reach
 FROM rec CROSS JOIN _params AS p;
 
 COMMENT ON VIEW _chain IS 'episode chain positions with their grid boundaries and cuts';
@@ -67,5 +62,4 @@ COMMENT ON COLUMN _chain.is_rec IS 'true: recurrent checkpoint position; false: 
 COMMENT ON COLUMN _chain.pos IS '0-based position in its chain';
 COMMENT ON COLUMN _chain.hash IS '64-bit cache key at this position';
 COMMENT ON COLUMN _chain.end_tokens IS 'tokens: end of the block / boundary of the checkpoint';
-COMMENT ON COLUMN _chain.part IS 'key partition hash % _params.parts (0 unless the harness partitions; stored with the rows when it clusters them)';
 COMMENT ON COLUMN _chain.in_reach IS 'a checkpoint, or a block below the deepest checkpoint boundary (others never move J)';

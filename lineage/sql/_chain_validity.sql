@@ -64,7 +64,8 @@ probe AS MATERIALIZED (
                           AND ((nx.is_pub AND nx.request_id IS DISTINCT FROM c.request_id)
                                OR nx.next_step IS DISTINCT FROM c.adopt_step)))))
             AS settled
-    FROM (SELECT c.* FROM _chain AS c CROSS JOIN _params AS p WHERE c.part = p.part) AS c
+    FROM (SELECT c.* FROM _chain AS c CROSS JOIN _params AS p
+          WHERE c.hash % p.parts = p.part) AS c
     CROSS JOIN _supply_ordered AS o
     ASOF LEFT JOIN after_cut AS nx
         ON nx.is_rec = c.is_rec AND nx.hash = c.hash AND c.entry_seq <= nx.seq
