@@ -9,7 +9,8 @@ WITH bounds AS (
         max(seq) AS last_seq,
         count(*) FILTER (WHERE kind = 'end') AS end_records,
         -- dense: the seq range fits in at most events / 4096 + 16 slices of 65,536 values
-        coalesce((max(seq) - min(seq)) // 65536 < count(*) // 4096 + 16, false) AS dense
+        coalesce((CAST(max(seq) AS HUGEINT) - min(seq)) // 65536 < count(*) // 4096 + 16, false)
+            AS dense
     FROM events
 ),
 dense_distinct AS (
