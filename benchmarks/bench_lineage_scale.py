@@ -73,12 +73,13 @@ def child(paths: list[str], work: Path, memory_limit: str, sql: str,
                                 temp_directory=str(spill), sql=sql, on_view=lap,
                                 threads=threads, parts=parts)
     events = con.execute("SELECT count(*) FROM events").fetchall()[0][0]
+    lap("read events count")
     summary = con.sql("SELECT episodes, classified_episodes, shallower_episodes, "
                       "shallower_with_other_request_loss FROM run_summary").fetchall()[0]
-    con.sql("SELECT * FROM class_counts").fetchall()
-    con.sql("SELECT * FROM loss_causes").fetchall()
-    con.sql("SELECT * FROM table_checks").fetchall()
-    lap("read report views")
+    lap("read run_summary")
+    for name in ("class_counts", "loss_causes", "table_checks"):
+        con.sql(f"SELECT * FROM {name}").fetchall()
+        lap(f"read {name}")
     con.close()
     wall = time.perf_counter() - t0
     r1 = resource.getrusage(resource.RUSAGE_SELF)

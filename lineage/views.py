@@ -89,7 +89,7 @@ def public_views(sql: str = "current") -> tuple[str, ...]:
 # Views that several later views read: computed once into tables by ``connect(materialize=)``.
 # DuckDB inlines views, so without this every reader recomputes the ASOF joins below it.
 HEAVY_SETS = {
-    "current": ("_adoptions", "_entries", "_supply", "_chain_validity",
+    "current": ("_adoptions", "_entries", "_supply", "_supply_ordered", "_chain_validity",
                 "_episode_depths", "_window_flips", "_boundaries", "_boundary_transitions",
                 "depth_changes", "episode_lineage"),
     "reference": ("_adoptions", "_entries", "_flips", "_step_supply", "_chain_validity",

@@ -12,7 +12,7 @@
 -- carries the state before it (valid_before = the state at the entry cut), n, the previous
 -- row's step, and its own seq, step, kind and requester. When that row is not before the
 -- adoption cut, nothing happened to the entry inside the window, so the exact cut sees the
--- entry cut's state; when, besides, every entry's rows are in step order (supply_ordered; no
+-- entry cut's state; when, besides, every entry's rows are in step order (_supply_ordered; no
 -- step is NULL), row
 -- n is of an earlier step than the lookup's and row n+1 is not, the state after the steps
 -- before the lookup (M0) is that state too; M1 adds a publication by another request in the
@@ -23,7 +23,7 @@
 --               exact = m0 = m1 = is_pub(row n)
 --
 -- Every row depends on one entry's supply rows only, so the harness may compute the view one
--- key partition at a time (_params.parts / part; supply_ordered stays global), bounding the
+-- key partition at a time (_params.parts / part; _supply_ordered is global), bounding the
 -- memory of the ASOF join's sorts: past memory they spill and cost ~3x per row.
 --
 -- The few other positions (a supply row of the entry inside the window or inside the lookup
@@ -31,13 +31,11 @@
 -- over the entry's per-step states (as in _step_supply) for M0 and an equi-join on the lookup
 -- step for M1, over only those positions' entries.
 CREATE OR REPLACE VIEW _chain_validity AS
-WITH supply_ordered AS (
-    SELECT coalesce(bool_and(step >= prev_step), true) AND count(step) = count(*) AS ordered
-    FROM _supply
-),
-part_supply AS (
+WITH part_supply AS (
     -- the supply rows of this key partition (all of them unless the harness partitions)
-    SELECT s.* FROM _supply AS s CROSS JOIN _params AS p WHERE s.hash % p.parts = p.part
+    SELECT s.is_rec, s.hash, s.seq, s.sup_no, s.valid_before, s.prev_step, s.step, s.is_pub,
+           s.request_id, s.next_step, s.is_last
+    FROM _supply AS s CROSS JOIN _params AS p WHERE s.hash % p.parts = p.part
 ),
 after_cut AS (
     -- every supply row, and a sentinel after each entry's last one (seq = max BIGINT)
@@ -68,7 +66,7 @@ probe AS MATERIALIZED (
             AS settled
     FROM (SELECT c.* FROM _chain AS c CROSS JOIN _params AS p
           WHERE c.hash % p.parts = p.part) AS c
-    CROSS JOIN supply_ordered AS o
+    CROSS JOIN _supply_ordered AS o
     ASOF LEFT JOIN after_cut AS nx
         ON nx.is_rec = c.is_rec AND nx.hash = c.hash AND c.entry_seq <= nx.seq
 ),
@@ -80,7 +78,7 @@ rest_keys AS (
 ),
 rest_supply AS MATERIALIZED (
     SELECT s.is_rec, s.hash, s.seq, s.step, s.is_pub, s.sup_no, s.request_id
-    FROM _supply AS s
+    FROM part_supply AS s
     SEMI JOIN rest_keys AS k ON k.is_rec = s.is_rec AND k.hash = s.hash
 ),
 rest_steps AS MATERIALIZED (

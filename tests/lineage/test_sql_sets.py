@@ -94,6 +94,40 @@ def test_regressions_are_counted_alike():
     assert checks["supply_step_regressions"] == 2
 
 
+def _seq_checks(seqs: list[int | None]) -> tuple[int, int, int]:
+    """(distinct seqs, seq_gaps, duplicate_seqs) of table_checks over ``seqs``, both sets
+    agreeing; the distinct count is read back from the gaps."""
+    events = [pub(h, 0) for h in range(len(seqs))]
+    table = events_to_table(events, S2)
+    table = table.set_column(table.column_names.index("seq"), "seq", pa.array(seqs, pa.int64()))
+    cur = assert_same(table)
+    events_n, first, last, gaps, dups = cur["table_checks"][0][:5]
+    return events_n - dups, gaps, dups
+
+
+# dense (one 65,536-bit slice per seq >> 16, across slice edges and negative seqs) and sparse
+# (a hash of every seq) distinct counts; duplicates, gaps and NULL seqs
+SEQ_CASES = {
+    "dense": [0, 1, 1, 2, 5, 65535, 65536, 65536, 70000, None],
+    "dense-negative": [-70000, -65537, -65536, -1, -1, 0, 3],
+    "sparse": [0, 1, 1, 1 << 40, (1 << 40) + 7, 1 << 50, 1 << 50],
+}
+
+
+@pytest.mark.parametrize("name", SEQ_CASES)
+def test_distinct_seqs_are_counted_in_dense_and_sparse_ranges(name):
+    seqs = SEQ_CASES[name]
+    known = [s for s in seqs if s is not None]
+    distinct = len(set(known))
+    assert _seq_checks(seqs) == (distinct, max(known) - min(known) + 1 - distinct,
+                                 len(seqs) - distinct)
+    # negative control: one duplicate made distinct changes the count
+    first_dup = next(i for i, s in enumerate(seqs) if s is not None and seqs.index(s) < i)
+    fixed = list(seqs)
+    fixed[first_dup] = max(known) + 1
+    assert _seq_checks(fixed)[2] == len(seqs) - distinct - 1
+
+
 def test_a_corrupted_event_changes_the_answer():
     """Negative control: turning one depth-decreasing loss into an unrelated record changes
     the current SQL's answer, so the equalities above are not vacuous; both sets still agree on
