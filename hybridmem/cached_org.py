@@ -32,7 +32,6 @@ from hybridmem import conv_slab
 from hybridmem.checkpoint import MISSING_PAGE, Checkpoint, ConvPlacement
 from hybridmem.conv_slab import NO_LINE, SlabTable
 from hybridmem.events import Cause, Event, EventKind, NullObserver, Observer, Outcome, StateKind
-from hybridmem.geometry import ceil_div
 from hybridmem.hashing import extra_keys, hash_chain, hash_chain_pair
 from hybridmem.org_interface import (
     AllocationResult,
@@ -279,13 +278,11 @@ class CachedOrganization(Organization):
 
     def _conv_pages(self, ck: Checkpoint) -> list[int]:
         """The page carrying ``ck``'s conv state when it is not inside member 0."""
-        if self.placement == ConvPlacement.PAGE and ck.conv >= 0:
+        placement = self.placement
+        if placement is ConvPlacement.SLOT:  # the line's page, decoded at placement
+            return [ck.conv_page] if ck.conv >= 0 else []
+        if placement is ConvPlacement.PAGE and ck.conv >= 0:
             return [ck.conv]
-        if self.placement == ConvPlacement.SLOT:
-            assert self.slabs is not None
-            ref = conv_slab.decode_line(ck.conv, self.slabs.slots_per_slab)
-            if ref is not None:
-                return [ref.page]
         return []
 
     def _ckpt_pages(self, ck: Checkpoint) -> list[int]:
@@ -316,6 +313,9 @@ class CachedOrganization(Organization):
         """
         pool = self._ckpt_pool()
         dead = []
+        conv: list[int] = []
+        members: list[int] = []
+        conv_pages = self._conv_pages
         for ck in cks:
             if holder is None:
                 del self.pins[ck.ident]
@@ -323,10 +323,11 @@ class CachedOrganization(Organization):
                 ck.holders.remove(holder)
             if not ck.holders and ck.ident not in self.pins and not ck.key:
                 dead.append(ck)
-        conv = [p for ck in cks for p in self._conv_pages(ck)]
-        members = [p for ck in cks for p in ck.members if p >= 0]
-        for ck in dead:
-            if self.placement == ConvPlacement.SLOT:
+            conv += conv_pages(ck)
+            m = ck.members
+            members += m if min(m, default=0) >= 0 else [p for p in m if p >= 0]
+        if dead and self.placement is ConvPlacement.SLOT:
+            for ck in dead:
                 self._clear_slot(ck)  # before the slab page can become free
         pool.decref_many(conv + members if self.placement == ConvPlacement.SLOT
                          else members + conv)
@@ -346,7 +347,7 @@ class CachedOrganization(Organization):
         for p in ck.members:
             if p >= 0:
                 owners[p] = None
-        if self.placement == ConvPlacement.PAGE and ck.conv >= 0:
+        if self.placement is ConvPlacement.PAGE and ck.conv >= 0:
             owners[ck.conv] = None
 
     # == allocation ============================================================================
@@ -362,9 +363,9 @@ class CachedOrganization(Organization):
                              f"only {len(req.tokens)} are known")
         if num_tokens < 0:
             raise ValueError(f"num_tokens must be >= 0, got {num_tokens}")
-        blocks = max(0, ceil_div(num_tokens, self.attention_grid) - len(req.blocks))
+        blocks = max(0, -(-num_tokens // self.attention_grid) - len(req.blocks))  # ceil_div
         gr = self.recurrent_grid
-        top = ceil_div(num_tokens, gr) * gr
+        top = -(-num_tokens // gr) * gr  # ceil_div(num_tokens, gr) * gr
         return blocks, list(range(req.ckpt_top + gr, top + 1, gr))
 
     def pages_needed(self, request_id: str, num_tokens: int) -> Need:
@@ -405,11 +406,13 @@ class CachedOrganization(Organization):
         apool = self.pool_for(StateKind.ATTENTION, need.attention)
         rpool = self.pool_for(StateKind.RECURRENT, need.recurrent)
         ok = self._fits_in(need, apool, rpool)
-        self._emit_allocation(req, need, avail, ok)
+        if self._emitting:
+            self._emit_allocation(req, need, avail, ok)
         if not ok:
             return AllocationResult(False, need, avail)
         if apool is rpool:
-            self._make_free(apool, need.total, request_id)
+            if len(apool._free) < n_blocks + need.recurrent:  # (read-only: the pool's own)
+                self._make_free(apool, n_blocks + need.recurrent, request_id)
         else:
             self._make_free(apool, need.attention, request_id)
             self._make_free(rpool, need.recurrent, request_id)
@@ -423,11 +426,13 @@ class CachedOrganization(Organization):
                 owners[page] = blk
                 live.add(blk)
                 blocks.append(blk)
-        for b in bounds:
-            ck = self._new_checkpoint(rpool, b, request_id)
-            self.live_ckpts[ck.ident] = ck
-            req.ckpts[b] = ck
-            req.ckpt_top = b
+        if bounds:
+            live_ckpts, ckpts, new_checkpoint = self.live_ckpts, req.ckpts, self._new_checkpoint
+            for b in bounds:
+                ck = new_checkpoint(rpool, b, request_id)
+                live_ckpts[ck.ident] = ck
+                ckpts[b] = ck
+            req.ckpt_top = bounds[-1]
         return AllocationResult(True, need, avail)
 
     def _emit_allocation(self, req: RequestState, need: Need, avail: Need, ok: bool) -> None:
@@ -446,27 +451,32 @@ class CachedOrganization(Organization):
 
     def _new_checkpoint(self, pool: PagePool, boundary: int, holder: str) -> Checkpoint:
         owners = self.owner[pool.name]
-        ck = Checkpoint(self._next_ident, boundary, [], NO_LINE, holders={holder})
-        self._next_ident += 1
+        ident = self._next_ident
+        self._next_ident = ident + 1
+        ck = Checkpoint(ident, boundary, [], NO_LINE, 0, {holder})
         ck.members = pool.take_many(self.members)
         for page in ck.members:
             owners[page] = ck
-        if self.placement == ConvPlacement.INSIDE:
+        placement = self.placement
+        if placement is ConvPlacement.INSIDE:
             ck.conv = ck.members[0]
-        elif self.placement == ConvPlacement.PAGE:
+        elif placement is ConvPlacement.PAGE:
             ck.conv = pool.take()
             owners[ck.conv] = ck
         else:
-            assert self.slabs is not None
-            slab = self.slabs.slab_with_room()
+            slabs = self.slabs
+            assert slabs is not None
+            slab = slabs.slab_with_room()
             if slab is None:
                 slab = pool.take()  # the new slab's first reference is this slot's
                 owners[slab] = "slab"
-                self.slabs.add_slab(slab)
+                slabs.add_slab(slab)
             else:
                 pool.incref(slab)
-            ck.conv = self.slabs.place(slab, ck.ident)
-            ck.home_line = ck.conv
+            ck.conv = ck.home_line = slabs.place(slab, ident)
+            ref = conv_slab.decode_line(ck.conv, slabs.slots_per_slab)
+            assert ref is not None, f"slab {slab} placed checkpoint {ident} at no line"
+            ck.conv_page = ref.page
         ck.home_page = ck.members[0]
         return ck
 
@@ -553,12 +563,10 @@ class CachedOrganization(Organization):
         if self._emitting:
             self._emit(EventKind.LOSS, hash=key, cause=cause, requester=requester,
                        **self._ckpt_fields(ck))
-        pool = self._ckpt_pool()
         held = bool(ck.holders) or ck.ident in self.pins
-        if not held and self.placement == ConvPlacement.SLOT:
+        if not held and self.placement is ConvPlacement.SLOT:
             self._clear_slot(ck)  # the sentinel (slab already gone) clears nothing
-        for p in self._ckpt_pages(ck):
-            pool.unhold(p)
+        self._ckpt_pool().unhold_many(self._ckpt_pages(ck))
         if not held:
             self._forget_ckpt(ck)
 
@@ -631,25 +639,25 @@ class CachedOrganization(Organization):
         req.keyed = keyed
         if pages:
             blocks[0].pool.hold_many(pages)
-        pool = None
+            pages = []
+        rec_index, rec_chain, gr = self.rec_index, req.rec_chain, self.recurrent_grid
         for b, ck in sorted(req.ckpts.items()):
             if b > req.computed:
                 break
-            key = req.rec_chain[b // self.recurrent_grid - 1]
-            if ck.key or key in self.rec_index:
+            key = rec_chain[b // gr - 1]
+            if ck.key or key in rec_index:
                 continue
             assert self._complete(ck), f"publishing incomplete checkpoint {ck.ident} at {b}"
-            if pool is None:
-                pool = self._ckpt_pool()
             ck.key = key
-            self.rec_index[key] = ck
-            for p in self._ckpt_pages(ck):
-                pool.hold(p)
+            rec_index[key] = ck
+            pages += self._ckpt_pages(ck)
             self.demand.setdefault(key, set()).add(request_id)  # owner registration
             published.append(key)
             if emitting:
                 self._emit(EventKind.PUBLICATION, request_id=request_id,
                            preemption_count=req.preemptions, hash=key, **self._ckpt_fields(ck))
+        if pages:  # every page of every checkpoint published here: one hold each
+            self._ckpt_pool().hold_many(pages)
         return published
 
     # == release, retention, pinning ===========================================================

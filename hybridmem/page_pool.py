@@ -32,6 +32,9 @@ class PagePool:
         self.name = name
         self.total = num_pages
         self._refs = [0] * num_pages  # changed by incref/decref/take only
+        # refs(page): the page's reference count (the list's own lookup: no Python frame, for
+        # S2's per-allocation count of slab room, which asks it of every slab with room)
+        self.refs: Callable[[int], int] = self._refs.__getitem__
         self._holds = [0] * num_pages  # changed by hold/unhold/reclaim only
         self._free: deque[int] = deque(range(num_pages))  # FIFO of free pages
         self._cached: OrderedDict[int, None] = OrderedDict()  # oldest first (LRU head)
@@ -51,9 +54,6 @@ class PagePool:
     def num_available(self) -> int:
         """Free plus reclaimable cached pages: what an allocation may obtain."""
         return len(self._free) + len(self._cached)
-
-    def refs(self, page: int) -> int:
-        return self._refs[page]
 
     def ref_counts(self) -> list[int]:
         """A copy of every page's reference count, indexed by page id."""
@@ -145,11 +145,17 @@ class PagePool:
             holds[page] += 1
 
     def unhold(self, page: int) -> None:
-        assert self._holds[page] > 0, f"pool {self.name}: unhold of page {page} with no hold"
-        self._holds[page] -= 1
-        if self._holds[page] == 0 and self._refs[page] == 0:
-            del self._cached[page]
-            self._free.append(page)
+        self.unhold_many((page,))
+
+    def unhold_many(self, pages: Sequence[int]) -> None:
+        """Drop one hold of each page, in order (the order freed pages join the free deque)."""
+        refs, holds = self._refs, self._holds
+        for page in pages:
+            assert holds[page] > 0, f"pool {self.name}: unhold of page {page} with no hold"
+            left = holds[page] = holds[page] - 1
+            if left == 0 and refs[page] == 0:
+                del self._cached[page]
+                self._free.append(page)
 
     def touch(self, page: int) -> None:
         """Move a cached page to the most recently used end."""
