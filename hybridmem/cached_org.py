@@ -191,9 +191,10 @@ class CachedOrganization(Organization):
         req = self._req(request_id)
         ga, gr = self.attention_grid, self.recurrent_grid
         limit = len(req.tokens) - 1
+        attn_index = self.attn_index
         n_attn = 0
         for i, key in enumerate(req.attn_chain):
-            if (i + 1) * ga > limit or key not in self.attn_index:
+            if (i + 1) * ga > limit or key not in attn_index:
                 break
             n_attn = i + 1
         a_max = (n_attn * ga) // gr * gr
@@ -216,7 +217,7 @@ class CachedOrganization(Organization):
         if j_ckpt is not None:
             hit = CheckpointHit(j_ckpt.key, j, tuple(j_ckpt.members), j_ckpt.conv)
         return LookupResult(request_id, a_max, r_max, j,
-                            tuple(self.attn_index[k].page for k in keys), keys, hit)
+                            tuple([attn_index[k].page for k in keys]), keys, hit)
 
     def adopt(self, request_id: str, hit: LookupResult) -> None:
         req = self._req(request_id)
@@ -239,9 +240,9 @@ class CachedOrganization(Organization):
                 raise ValueError(f"stale hit: checkpoint {hit.checkpoint.key:#x} at "
                                  f"{hit.checkpoint.boundary} changed since lookup")
         # 1. execution references on everything the request will read ...
-        for blk in blocks:
-            self._block_ref(blk, request_id)
-            req.blocks.append(blk)
+        if blocks:
+            self._blocks_ref(blocks, request_id)
+            req.blocks.extend(blocks)
         if ck is not None:
             self._ckpt_ref(ck, request_id)
             req.ckpts[hit.j] = ck
@@ -256,18 +257,24 @@ class CachedOrganization(Organization):
                    line=ck.home_line if ck is not None else -1)
 
     # == references ============================================================================
-    def _block_ref(self, blk: Block, holder: str) -> None:
-        assert holder not in blk.holders, f"{holder} already references block {blk.page}"
-        blk.pool.incref(blk.page)
-        blk.holders.add(holder)
+    def _blocks_ref(self, blks: list[Block], holder: str) -> None:
+        """An execution reference of ``holder`` on each block (one pool)."""
+        pages = []
+        for blk in blks:
+            assert holder not in blk.holders, f"{holder} already references block {blk.page}"
+            blk.holders.add(holder)
+            pages.append(blk.page)
+        blks[0].pool.incref_many(pages)
 
     def _blocks_unref(self, blks: list[Block], holder: str) -> None:
         """Drop ``holder``'s reference of each block (one pool), in order (the LRU order of the
         pages that become cached); a block with no holder and no key is forgotten."""
+        pages = []
         for blk in blks:
             blk.holders.remove(holder)
+            pages.append(blk.page)
         pool = blks[0].pool
-        pool.decref_many([blk.page for blk in blks])
+        pool.decref_many(pages)
         live, owners = self.live_blocks, self.owner[pool.name]
         for blk in blks:
             if not blk.holders and not blk.key:  # forget it
@@ -287,7 +294,10 @@ class CachedOrganization(Organization):
 
     def _ckpt_pages(self, ck: Checkpoint) -> list[int]:
         """Every pool page that carries references of ``ck``."""
-        return [p for p in ck.members if p >= 0] + self._conv_pages(ck)
+        members = ck.members
+        if min(members, default=0) >= 0:  # every member present (always, while referenced)
+            return members + self._conv_pages(ck)
+        return [p for p in members if p >= 0] + self._conv_pages(ck)
 
     def _ckpt_pool(self) -> PagePool:
         return self.pool_for(StateKind.RECURRENT)
@@ -526,7 +536,7 @@ class CachedOrganization(Organization):
             for entry in self._detach(pool, page):
                 if isinstance(entry, Block):
                     self._lose_block(entry, cause, requester)
-                elif not self._complete(entry):
+                elif not ckpt_mod.is_complete(entry, self.members):  # (_complete, inline)
                     self._lose_ckpt(entry, Cause.SLAB_RECLAIM if slab else cause, requester)
         pool.reclaim(page)
         owners[page] = None
@@ -704,15 +714,14 @@ class CachedOrganization(Organization):
         """Drop every execution reference, deepest first (so deeper entries are older in LRU)."""
         self._release_ckpts(req, [req.ckpts.pop(b) for b in sorted(req.ckpts, reverse=True)],
                             cause)
-        blocks, rid, emitting = req.blocks, req.request_id, self._emitting
-        gone = []
-        while blocks:
-            blk = blocks.pop()
-            if emitting:
+        blocks, rid = req.blocks, req.request_id
+        gone = blocks[::-1]  # deepest first
+        blocks.clear()
+        if self._emitting:
+            for blk in gone:
                 self._emit(EventKind.RELEASE, request_id=rid, preemption_count=req.preemptions,
                            hash=blk.key, depth=blk.depth, state_kind=StateKind.ATTENTION,
                            page=blk.page, cause=cause)
-            gone.append(blk)
         if gone:
             self._blocks_unref(gone, rid)
         req.ckpt_top = req.computed = req.keyed = 0

@@ -94,7 +94,7 @@ class PagePool:
         assert len(free) >= count, f"pool {self.name}: take_many({count}) with {len(free)} " \
             "free pages; this indicates a missing can_allocate/reclaim before allocation"
         popleft, refs = free.popleft, self._refs
-        pages = [popleft() for _ in range(count)]
+        pages = [popleft()] if count == 1 else [popleft() for _ in range(count)]
         for page in pages:
             refs[page] = 1
         self.num_in_use += count
@@ -112,6 +112,19 @@ class PagePool:
                                      "indicates a reference to storage that holds nothing")
             self.num_in_use += 1
         self._refs[page] += 1
+
+    def incref_many(self, pages: Sequence[int]) -> None:
+        """:meth:`incref` of each page, in one call."""
+        refs, holds, cached = self._refs, self._holds, self._cached
+        for page in pages:
+            if refs[page] == 0:
+                if holds[page]:
+                    del cached[page]  # cached -> in use
+                else:  # pragma: no cover - only reachable through a bug
+                    raise AssertionError(f"pool {self.name}: incref of free page {page}; this "
+                                         "indicates a reference to storage that holds nothing")
+                self.num_in_use += 1
+            refs[page] += 1
 
     def decref(self, page: int) -> None:
         self.decref_many((page,))
@@ -145,10 +158,14 @@ class PagePool:
             holds[page] += 1
 
     def unhold(self, page: int) -> None:
-        self.unhold_many((page,))
+        assert self._holds[page] > 0, f"pool {self.name}: unhold of page {page} with no hold"
+        self._holds[page] -= 1
+        if self._holds[page] == 0 and self._refs[page] == 0:
+            del self._cached[page]
+            self._free.append(page)
 
     def unhold_many(self, pages: Sequence[int]) -> None:
-        """Drop one hold of each page, in order (the order freed pages join the free deque)."""
+        """:meth:`unhold` of each page, in order (the order freed pages join the free deque)."""
         refs, holds = self._refs, self._holds
         for page in pages:
             assert holds[page] > 0, f"pool {self.name}: unhold of page {page} with no hold"
