@@ -269,19 +269,21 @@ class CachedOrganization(Organization):
     def _blocks_unref(self, blks: list[Block], holder: str) -> None:
         """Drop ``holder``'s reference of each block (one pool), in order (the LRU order of the
         pages that become cached); a block with no holder and no key is forgotten."""
-        pages = []
+        pages, forget = [], []
         for blk in blks:
-            blk.holders.remove(holder)
+            holders = blk.holders
+            holders.remove(holder)
             pages.append(blk.page)
+            if not holders and not blk.key:
+                forget.append(blk)
         pool = blks[0].pool
         pool.decref_many(pages)
         live, owners = self.live_blocks, self.owner[pool.name]
-        for blk in blks:
-            if not blk.holders and not blk.key:  # forget it
-                assert pool.is_free(blk.page), f"block on page {blk.page} forgotten while " \
-                    "its page is not free; this indicates a reference or hold leak"
-                live.discard(blk)
-                owners[blk.page] = None
+        for blk in forget:  # no holder and no key: forget it
+            assert pool.is_free(blk.page), f"block on page {blk.page} forgotten while " \
+                "its page is not free; this indicates a reference or hold leak"
+            live.discard(blk)
+            owners[blk.page] = None
 
     def _conv_pages(self, ck: Checkpoint) -> list[int]:
         """The page carrying ``ck``'s conv state when it is not inside member 0."""
@@ -492,10 +494,10 @@ class CachedOrganization(Organization):
 
     # == reclaim and invalidation ==============================================================
     def _make_free(self, pool: PagePool, need: int, requester: str) -> None:
-        free = pool._free  # read-only here: the pool's own methods change it
-        oldest, reclaim, cause = pool.oldest_cached, self._reclaim, Cause.ALLOCATION
+        free, cached = pool._free, pool._cached  # read-only: the pool's own methods change them
+        reclaim, cause = self._reclaim, Cause.ALLOCATION
         while len(free) < need:
-            page = oldest()
+            page = next(iter(cached), None)  # pool.oldest_cached(): the LRU head
             assert page is not None, f"pool {pool.name}: {pool.num_free} free, need {need}, " \
                 "nothing cached; this indicates can_allocate and allocate disagree"
             reclaim(pool, page, cause, requester)
@@ -615,29 +617,23 @@ class CachedOrganization(Organization):
         # key). Both lie within ``computed``, and only _lose_block removes a key from the
         # index: it resets the count of the block's holders and of that key's waiters. So the
         # settled blocks are skipped: the old full scan would only ``continue`` over them.
+        # Every block the loop passes is settled by it (so ``keyed`` counts them all).
         blocks, chain, keyed = req.blocks, req.attn_chain, req.keyed
         pages, waiters = [], self.key_waiters
-        for i in range(keyed, min(len(blocks), len(chain))):
-            blk = blocks[i]
+        for blk, key in zip(blocks[keyed:], chain[keyed:]):
             if blk.depth > computed:
                 break
+            keyed += 1
             if blk.key:
-                if keyed == i:
-                    keyed = i + 1
                 continue  # already discoverable (published or adopted)
-            key = chain[i]
             if key in attn_index:  # another request's copy is discoverable
-                if keyed == i:
-                    keyed = i + 1
-                    waiting = waiters.get(key)
-                    if waiting is None:
-                        waiters[key] = {request_id}
-                    else:
-                        waiting.add(request_id)
-                    req.waits.append(key)
+                waiting = waiters.get(key)
+                if waiting is None:
+                    waiters[key] = {request_id}
+                else:
+                    waiting.add(request_id)
+                req.waits.append(key)
                 continue
-            if keyed == i:
-                keyed = i + 1
             blk.key = key
             attn_index[key] = blk
             pages.append(blk.page)
