@@ -620,7 +620,7 @@ class CachedOrganization(Organization):
         # Every block the loop passes is settled by it (so ``keyed`` counts them all).
         blocks, chain, keyed = req.blocks, req.attn_chain, req.keyed
         pages, waiters = [], self.key_waiters
-        for blk, key in zip(blocks[keyed:], chain[keyed:]):
+        for blk, key in zip(blocks[keyed:], chain[keyed:], strict=False):  # the shorter one
             if blk.depth > computed:
                 break
             keyed += 1
