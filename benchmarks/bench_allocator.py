@@ -205,8 +205,8 @@ def profile(name: str, model: str, budget: str, requests: int) -> int:
     return 0
 
 
-def hash_floor(names: list[str], units: Units, prompts: list[list[int]], repeat: int,
-               grids: dict[str, int]) -> int:
+def hash_floor(names: list[str], units: Units, budget: str, prompts: list[list[int]],
+               repeat: int, grids: dict[str, int]) -> int:
     """What the keys alone cost each row: this thread's CPU seconds (fastest of ``repeat``) of
     the hash chains of every prompt, as ``add_request`` computes them (the organization's two
     chains, :func:`hybridmem.hashing.hash_chain_pair`) and as the vLLM rows do (one attention
@@ -232,10 +232,10 @@ def hash_floor(names: list[str], units: Units, prompts: list[list[int]], repeat:
             hash_chain(StateKind.ATTENTION, p, tokens) for p in prompts])
         print(f"vLLM@{tokens:<5} one chain of {tokens}-token chunks: {vllm[tokens]:.4f} s")
     for name in names:
-        org = make_organization(name, units, plan_budget(units, parse_budget("b63", units)))
+        org = make_organization(name, units, plan_budget(units, parse_budget(budget, units)))
         ga, gr = org.attention_grid, org.recurrent_grid
         secs = best(lambda ga=ga, gr=gr: [hash_chain_pair(list(p), ga, gr) for p in prompts])
-        ops = run_mix(name, units, "b63", prompts, NullObserver())
+        ops = run_mix(name, units, budget, prompts, NullObserver())
         ceiling = (ops / secs) / (vllm_ops / vllm[CHUNK]) if CHUNK in vllm else float("nan")
         print(f"{name:<10} two chains ({ga}/{gr}): {secs:.4f} s = {secs / vllm[CHUNK]:.2f}x "
               f"vLLM@{CHUNK}'s; {ops} ops; ceiling vs vLLM@{CHUNK}: {ceiling:.2f}")
@@ -272,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     prompts = workload(args.requests)
     grids = {n: (units.d0_attn_tokens if n == "D0" else CHUNK) for n in names}
     if args.hash_floor:
-        return hash_floor(names, units, prompts, args.repeat, grids)
+        return hash_floor(names, units, args.budget, prompts, args.repeat, grids)
     plan = plan_budget(units, parse_budget(args.budget, units))
     clock = time.perf_counter if args.clock == "wall" else time.thread_time
     print(f"model {args.model}, budget {args.budget}, {args.requests} requests, "
