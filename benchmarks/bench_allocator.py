@@ -4,6 +4,8 @@
                                                          [--repeat 5] [--orgs S0,S1,S2,D0]
     PYTHONPATH=. python benchmarks/bench_allocator.py ...     (the same with invariant checks on)
     ... --clock cpu        (time each run by this thread's CPU time instead of wall time)
+    ... --hash-floor       (instead: what the hash chains alone cost each row, and the ratio
+                            each organization would reach if nothing else cost anything)
 
 Invariant checks are the organizations' ``assert`` statements (reference-count, ownership and
 free-page checks inside every transition); ``python -O`` strips them ("checks off", the
@@ -203,6 +205,43 @@ def profile(name: str, model: str, budget: str, requests: int) -> int:
     return 0
 
 
+def hash_floor(names: list[str], units: Units, budget: str, prompts: list[list[int]],
+               repeat: int, grids: dict[str, int]) -> int:
+    """What the keys alone cost each row: this thread's CPU seconds (fastest of ``repeat``) of
+    the hash chains of every prompt, as ``add_request`` computes them (the organization's two
+    chains, :func:`hybridmem.hashing.hash_chain_pair`) and as the vLLM rows do (one attention
+    chain at the block size). ``ceiling`` is the ratio to the vLLM row if everything but the
+    keys cost nothing on both sides: (organization ops / its hashing) / (vLLM ops / vLLM
+    hashing); against the measured vLLM row (whose block-pool calls do cost) the bound is
+    higher by that row's seconds over its hashing seconds."""
+    from hybridmem.events import StateKind
+    from hybridmem.hashing import hash_chain, hash_chain_pair
+
+    def best(fn: Callable[[], object]) -> float:
+        times = []
+        for _ in range(repeat):
+            t0 = time.thread_time()
+            fn()
+            times.append(time.thread_time() - t0)
+        return min(times)
+
+    vllm_ops = 5 * len(prompts)  # the vLLM mix: 5 operations per prompt, all admitted
+    vllm: dict[int, float] = {}
+    for tokens in sorted(set(grids.values()), reverse=True):
+        vllm[tokens] = best(lambda tokens=tokens: [
+            hash_chain(StateKind.ATTENTION, p, tokens) for p in prompts])
+        print(f"vLLM@{tokens:<5} one chain of {tokens}-token chunks: {vllm[tokens]:.4f} s")
+    for name in names:
+        org = make_organization(name, units, plan_budget(units, parse_budget(budget, units)))
+        ga, gr = org.attention_grid, org.recurrent_grid
+        secs = best(lambda ga=ga, gr=gr: [hash_chain_pair(list(p), ga, gr) for p in prompts])
+        ops = run_mix(name, units, budget, prompts, NullObserver())
+        ceiling = (ops / secs) / (vllm_ops / vllm[CHUNK]) if CHUNK in vllm else float("nan")
+        print(f"{name:<10} two chains ({ga}/{gr}): {secs:.4f} s = {secs / vllm[CHUNK]:.2f}x "
+              f"vLLM@{CHUNK}'s; {ops} ops; ceiling vs vLLM@{CHUNK}: {ceiling:.2f}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("--budget", default="b63")
@@ -217,6 +256,9 @@ def main(argv: list[str] | None = None) -> int:
                          "share the cores)")
     ap.add_argument("--profile", metavar="ORG", default=None,
                     help="instead: cProfile one run of ORG's mix (thread CPU clock), top 15")
+    ap.add_argument("--hash-floor", action="store_true",
+                    help="instead: CPU seconds of the hash chains alone per row, and the ratio "
+                         "each organization would reach if nothing else cost anything")
     args = ap.parse_args(argv)
     if args.profile is not None:
         return profile(args.profile, args.model, args.budget, args.requests)
@@ -228,13 +270,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     units = derive_units(load_geometry(args.model))
     prompts = workload(args.requests)
+    grids = {n: (units.d0_attn_tokens if n == "D0" else CHUNK) for n in names}
+    if args.hash_floor:
+        return hash_floor(names, units, args.budget, prompts, args.repeat, grids)
     plan = plan_budget(units, parse_budget(args.budget, units))
     clock = time.perf_counter if args.clock == "wall" else time.thread_time
     print(f"model {args.model}, budget {args.budget}, {args.requests} requests, "
           f"{sum(map(len, prompts))} prompt tokens, {args.repeat} interleaved rounds, invariant "
           f"checks {'ON (asserts active)' if __debug__ else 'OFF (python -O)'}, clock "
           f"{args.clock}", file=sys.stderr)
-    grids = {n: (units.d0_attn_tokens if n == "D0" else CHUNK) for n in names}
     mixes: dict[str, tuple[int, int, int, int]] = {}
     for name in names:
         rec = RecordingObserver()

@@ -20,6 +20,12 @@ from typing import NamedTuple
 NO_LINE = -1  # absent conv state; never decoded
 
 
+# ``_tuple_new(LineAddress, (page, slot))`` is ``LineAddress(page, slot)`` without the Python
+# frame of the generated ``__new__`` (what ``NamedTuple._make`` does): for the decoders that run
+# on every checkpoint release and reclaim.
+_tuple_new = tuple.__new__
+
+
 class LineAddress(NamedTuple):
     page: int
     slot: int
@@ -56,5 +62,4 @@ def decode_line_or_none(line: int, slots_per_slab: int) -> LineAddress | None:
         return None
     if slots_per_slab.__class__ is not int or slots_per_slab < 1:  # fast path: a plain int
         _check_slots(slots_per_slab)  # raises what decode_line raises (bool, str, 0, ...)
-    page, slot = divmod(line, slots_per_slab)
-    return LineAddress(page, slot)
+    return _tuple_new(LineAddress, divmod(line, slots_per_slab))  # LineAddress(page, slot)

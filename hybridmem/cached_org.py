@@ -32,7 +32,6 @@ from hybridmem import conv_slab
 from hybridmem.checkpoint import MISSING_PAGE, Checkpoint, ConvPlacement
 from hybridmem.conv_slab import NO_LINE, SlabTable
 from hybridmem.events import Cause, Event, EventKind, NullObserver, Observer, Outcome, StateKind
-from hybridmem.geometry import ceil_div
 from hybridmem.hashing import extra_keys, hash_chain, hash_chain_pair
 from hybridmem.org_interface import (
     AllocationResult,
@@ -192,9 +191,10 @@ class CachedOrganization(Organization):
         req = self._req(request_id)
         ga, gr = self.attention_grid, self.recurrent_grid
         limit = len(req.tokens) - 1
+        attn_index = self.attn_index
         n_attn = 0
         for i, key in enumerate(req.attn_chain):
-            if (i + 1) * ga > limit or key not in self.attn_index:
+            if (i + 1) * ga > limit or key not in attn_index:
                 break
             n_attn = i + 1
         a_max = (n_attn * ga) // gr * gr
@@ -217,7 +217,7 @@ class CachedOrganization(Organization):
         if j_ckpt is not None:
             hit = CheckpointHit(j_ckpt.key, j, tuple(j_ckpt.members), j_ckpt.conv)
         return LookupResult(request_id, a_max, r_max, j,
-                            tuple(self.attn_index[k].page for k in keys), keys, hit)
+                            tuple([attn_index[k].page for k in keys]), keys, hit)
 
     def adopt(self, request_id: str, hit: LookupResult) -> None:
         req = self._req(request_id)
@@ -240,9 +240,9 @@ class CachedOrganization(Organization):
                 raise ValueError(f"stale hit: checkpoint {hit.checkpoint.key:#x} at "
                                  f"{hit.checkpoint.boundary} changed since lookup")
         # 1. execution references on everything the request will read ...
-        for blk in blocks:
-            self._block_ref(blk, request_id)
-            req.blocks.append(blk)
+        if blocks:
+            self._blocks_ref(blocks, request_id)
+            req.blocks.extend(blocks)
         if ck is not None:
             self._ckpt_ref(ck, request_id)
             req.ckpts[hit.j] = ck
@@ -257,40 +257,49 @@ class CachedOrganization(Organization):
                    line=ck.home_line if ck is not None else -1)
 
     # == references ============================================================================
-    def _block_ref(self, blk: Block, holder: str) -> None:
-        assert holder not in blk.holders, f"{holder} already references block {blk.page}"
-        blk.pool.incref(blk.page)
-        blk.holders.add(holder)
+    def _blocks_ref(self, blks: list[Block], holder: str) -> None:
+        """An execution reference of ``holder`` on each block (one pool)."""
+        pages = []
+        for blk in blks:
+            assert holder not in blk.holders, f"{holder} already references block {blk.page}"
+            blk.holders.add(holder)
+            pages.append(blk.page)
+        blks[0].pool.incref_many(pages)
 
     def _blocks_unref(self, blks: list[Block], holder: str) -> None:
         """Drop ``holder``'s reference of each block (one pool), in order (the LRU order of the
         pages that become cached); a block with no holder and no key is forgotten."""
+        pages, forget = [], []
         for blk in blks:
-            blk.holders.remove(holder)
+            holders = blk.holders
+            holders.remove(holder)
+            pages.append(blk.page)
+            if not holders and not blk.key:
+                forget.append(blk)
         pool = blks[0].pool
-        pool.decref_many([blk.page for blk in blks])
+        pool.decref_many(pages)
         live, owners = self.live_blocks, self.owner[pool.name]
-        for blk in blks:
-            if not blk.holders and not blk.key:  # forget it
-                assert pool.is_free(blk.page), f"block on page {blk.page} forgotten while " \
-                    "its page is not free; this indicates a reference or hold leak"
-                live.discard(blk)
-                owners[blk.page] = None
+        for blk in forget:  # no holder and no key: forget it
+            assert pool.is_free(blk.page), f"block on page {blk.page} forgotten while " \
+                "its page is not free; this indicates a reference or hold leak"
+            live.discard(blk)
+            owners[blk.page] = None
 
     def _conv_pages(self, ck: Checkpoint) -> list[int]:
         """The page carrying ``ck``'s conv state when it is not inside member 0."""
-        if self.placement == ConvPlacement.PAGE and ck.conv >= 0:
+        placement = self.placement
+        if placement is ConvPlacement.SLOT:  # the line's page, decoded at placement
+            return [ck.conv_page] if ck.conv >= 0 else []
+        if placement is ConvPlacement.PAGE and ck.conv >= 0:
             return [ck.conv]
-        if self.placement == ConvPlacement.SLOT:
-            assert self.slabs is not None
-            ref = conv_slab.decode_line(ck.conv, self.slabs.slots_per_slab)
-            if ref is not None:
-                return [ref.page]
         return []
 
     def _ckpt_pages(self, ck: Checkpoint) -> list[int]:
         """Every pool page that carries references of ``ck``."""
-        return [p for p in ck.members if p >= 0] + self._conv_pages(ck)
+        members = ck.members
+        if min(members, default=0) >= 0:  # every member present (always, while referenced)
+            return members + self._conv_pages(ck)
+        return [p for p in members if p >= 0] + self._conv_pages(ck)
 
     def _ckpt_pool(self) -> PagePool:
         return self.pool_for(StateKind.RECURRENT)
@@ -316,6 +325,9 @@ class CachedOrganization(Organization):
         """
         pool = self._ckpt_pool()
         dead = []
+        conv: list[int] = []
+        members: list[int] = []
+        conv_pages = self._conv_pages
         for ck in cks:
             if holder is None:
                 del self.pins[ck.ident]
@@ -323,10 +335,11 @@ class CachedOrganization(Organization):
                 ck.holders.remove(holder)
             if not ck.holders and ck.ident not in self.pins and not ck.key:
                 dead.append(ck)
-        conv = [p for ck in cks for p in self._conv_pages(ck)]
-        members = [p for ck in cks for p in ck.members if p >= 0]
-        for ck in dead:
-            if self.placement == ConvPlacement.SLOT:
+            conv += conv_pages(ck)
+            m = ck.members
+            members += m if min(m, default=0) >= 0 else [p for p in m if p >= 0]
+        if dead and self.placement is ConvPlacement.SLOT:
+            for ck in dead:
                 self._clear_slot(ck)  # before the slab page can become free
         pool.decref_many(conv + members if self.placement == ConvPlacement.SLOT
                          else members + conv)
@@ -346,7 +359,7 @@ class CachedOrganization(Organization):
         for p in ck.members:
             if p >= 0:
                 owners[p] = None
-        if self.placement == ConvPlacement.PAGE and ck.conv >= 0:
+        if self.placement is ConvPlacement.PAGE and ck.conv >= 0:
             owners[ck.conv] = None
 
     # == allocation ============================================================================
@@ -362,9 +375,9 @@ class CachedOrganization(Organization):
                              f"only {len(req.tokens)} are known")
         if num_tokens < 0:
             raise ValueError(f"num_tokens must be >= 0, got {num_tokens}")
-        blocks = max(0, ceil_div(num_tokens, self.attention_grid) - len(req.blocks))
+        blocks = max(0, -(-num_tokens // self.attention_grid) - len(req.blocks))  # ceil_div
         gr = self.recurrent_grid
-        top = ceil_div(num_tokens, gr) * gr
+        top = -(-num_tokens // gr) * gr  # ceil_div(num_tokens, gr) * gr
         return blocks, list(range(req.ckpt_top + gr, top + 1, gr))
 
     def pages_needed(self, request_id: str, num_tokens: int) -> Need:
@@ -405,11 +418,13 @@ class CachedOrganization(Organization):
         apool = self.pool_for(StateKind.ATTENTION, need.attention)
         rpool = self.pool_for(StateKind.RECURRENT, need.recurrent)
         ok = self._fits_in(need, apool, rpool)
-        self._emit_allocation(req, need, avail, ok)
+        if self._emitting:
+            self._emit_allocation(req, need, avail, ok)
         if not ok:
             return AllocationResult(False, need, avail)
         if apool is rpool:
-            self._make_free(apool, need.total, request_id)
+            if len(apool._free) < n_blocks + need.recurrent:  # (read-only: the pool's own)
+                self._make_free(apool, n_blocks + need.recurrent, request_id)
         else:
             self._make_free(apool, need.attention, request_id)
             self._make_free(rpool, need.recurrent, request_id)
@@ -423,11 +438,13 @@ class CachedOrganization(Organization):
                 owners[page] = blk
                 live.add(blk)
                 blocks.append(blk)
-        for b in bounds:
-            ck = self._new_checkpoint(rpool, b, request_id)
-            self.live_ckpts[ck.ident] = ck
-            req.ckpts[b] = ck
-            req.ckpt_top = b
+        if bounds:
+            live_ckpts, ckpts, new_checkpoint = self.live_ckpts, req.ckpts, self._new_checkpoint
+            for b in bounds:
+                ck = new_checkpoint(rpool, b, request_id)
+                live_ckpts[ck.ident] = ck
+                ckpts[b] = ck
+            req.ckpt_top = bounds[-1]
         return AllocationResult(True, need, avail)
 
     def _emit_allocation(self, req: RequestState, need: Need, avail: Need, ok: bool) -> None:
@@ -446,36 +463,41 @@ class CachedOrganization(Organization):
 
     def _new_checkpoint(self, pool: PagePool, boundary: int, holder: str) -> Checkpoint:
         owners = self.owner[pool.name]
-        ck = Checkpoint(self._next_ident, boundary, [], NO_LINE, holders={holder})
-        self._next_ident += 1
+        ident = self._next_ident
+        self._next_ident = ident + 1
+        ck = Checkpoint(ident, boundary, [], NO_LINE, 0, {holder})
         ck.members = pool.take_many(self.members)
         for page in ck.members:
             owners[page] = ck
-        if self.placement == ConvPlacement.INSIDE:
+        placement = self.placement
+        if placement is ConvPlacement.INSIDE:
             ck.conv = ck.members[0]
-        elif self.placement == ConvPlacement.PAGE:
+        elif placement is ConvPlacement.PAGE:
             ck.conv = pool.take()
             owners[ck.conv] = ck
         else:
-            assert self.slabs is not None
-            slab = self.slabs.slab_with_room()
+            slabs = self.slabs
+            assert slabs is not None
+            slab = slabs.slab_with_room()
             if slab is None:
                 slab = pool.take()  # the new slab's first reference is this slot's
                 owners[slab] = "slab"
-                self.slabs.add_slab(slab)
+                slabs.add_slab(slab)
             else:
                 pool.incref(slab)
-            ck.conv = self.slabs.place(slab, ck.ident)
-            ck.home_line = ck.conv
+            ck.conv = ck.home_line = slabs.place(slab, ident)
+            ref = conv_slab.decode_line(ck.conv, slabs.slots_per_slab)
+            assert ref is not None, f"slab {slab} placed checkpoint {ident} at no line"
+            ck.conv_page = ref.page
         ck.home_page = ck.members[0]
         return ck
 
     # == reclaim and invalidation ==============================================================
     def _make_free(self, pool: PagePool, need: int, requester: str) -> None:
-        free = pool._free  # read-only here: the pool's own methods change it
-        oldest, reclaim, cause = pool.oldest_cached, self._reclaim, Cause.ALLOCATION
+        free, cached = pool._free, pool._cached  # read-only: the pool's own methods change them
+        reclaim, cause = self._reclaim, Cause.ALLOCATION
         while len(free) < need:
-            page = oldest()
+            page = next(iter(cached), None)  # pool.oldest_cached(): the LRU head
             assert page is not None, f"pool {pool.name}: {pool.num_free} free, need {need}, " \
                 "nothing cached; this indicates can_allocate and allocate disagree"
             reclaim(pool, page, cause, requester)
@@ -516,7 +538,7 @@ class CachedOrganization(Organization):
             for entry in self._detach(pool, page):
                 if isinstance(entry, Block):
                     self._lose_block(entry, cause, requester)
-                elif not self._complete(entry):
+                elif not ckpt_mod.is_complete(entry, self.members):  # (_complete, inline)
                     self._lose_ckpt(entry, Cause.SLAB_RECLAIM if slab else cause, requester)
         pool.reclaim(page)
         owners[page] = None
@@ -553,12 +575,10 @@ class CachedOrganization(Organization):
         if self._emitting:
             self._emit(EventKind.LOSS, hash=key, cause=cause, requester=requester,
                        **self._ckpt_fields(ck))
-        pool = self._ckpt_pool()
         held = bool(ck.holders) or ck.ident in self.pins
-        if not held and self.placement == ConvPlacement.SLOT:
+        if not held and self.placement is ConvPlacement.SLOT:
             self._clear_slot(ck)  # the sentinel (slab already gone) clears nothing
-        for p in self._ckpt_pages(ck):
-            pool.unhold(p)
+        self._ckpt_pool().unhold_many(self._ckpt_pages(ck))
         if not held:
             self._forget_ckpt(ck)
 
@@ -597,29 +617,23 @@ class CachedOrganization(Organization):
         # key). Both lie within ``computed``, and only _lose_block removes a key from the
         # index: it resets the count of the block's holders and of that key's waiters. So the
         # settled blocks are skipped: the old full scan would only ``continue`` over them.
+        # Every block the loop passes is settled by it (so ``keyed`` counts them all).
         blocks, chain, keyed = req.blocks, req.attn_chain, req.keyed
         pages, waiters = [], self.key_waiters
-        for i in range(keyed, min(len(blocks), len(chain))):
-            blk = blocks[i]
+        for blk, key in zip(blocks[keyed:], chain[keyed:], strict=False):  # the shorter one
             if blk.depth > computed:
                 break
+            keyed += 1
             if blk.key:
-                if keyed == i:
-                    keyed = i + 1
                 continue  # already discoverable (published or adopted)
-            key = chain[i]
             if key in attn_index:  # another request's copy is discoverable
-                if keyed == i:
-                    keyed = i + 1
-                    waiting = waiters.get(key)
-                    if waiting is None:
-                        waiters[key] = {request_id}
-                    else:
-                        waiting.add(request_id)
-                    req.waits.append(key)
+                waiting = waiters.get(key)
+                if waiting is None:
+                    waiters[key] = {request_id}
+                else:
+                    waiting.add(request_id)
+                req.waits.append(key)
                 continue
-            if keyed == i:
-                keyed = i + 1
             blk.key = key
             attn_index[key] = blk
             pages.append(blk.page)
@@ -631,25 +645,25 @@ class CachedOrganization(Organization):
         req.keyed = keyed
         if pages:
             blocks[0].pool.hold_many(pages)
-        pool = None
+            pages = []
+        rec_index, rec_chain, gr = self.rec_index, req.rec_chain, self.recurrent_grid
         for b, ck in sorted(req.ckpts.items()):
             if b > req.computed:
                 break
-            key = req.rec_chain[b // self.recurrent_grid - 1]
-            if ck.key or key in self.rec_index:
+            key = rec_chain[b // gr - 1]
+            if ck.key or key in rec_index:
                 continue
             assert self._complete(ck), f"publishing incomplete checkpoint {ck.ident} at {b}"
-            if pool is None:
-                pool = self._ckpt_pool()
             ck.key = key
-            self.rec_index[key] = ck
-            for p in self._ckpt_pages(ck):
-                pool.hold(p)
+            rec_index[key] = ck
+            pages += self._ckpt_pages(ck)
             self.demand.setdefault(key, set()).add(request_id)  # owner registration
             published.append(key)
             if emitting:
                 self._emit(EventKind.PUBLICATION, request_id=request_id,
                            preemption_count=req.preemptions, hash=key, **self._ckpt_fields(ck))
+        if pages:  # every page of every checkpoint published here: one hold each
+            self._ckpt_pool().hold_many(pages)
         return published
 
     # == release, retention, pinning ===========================================================
@@ -696,15 +710,14 @@ class CachedOrganization(Organization):
         """Drop every execution reference, deepest first (so deeper entries are older in LRU)."""
         self._release_ckpts(req, [req.ckpts.pop(b) for b in sorted(req.ckpts, reverse=True)],
                             cause)
-        blocks, rid, emitting = req.blocks, req.request_id, self._emitting
-        gone = []
-        while blocks:
-            blk = blocks.pop()
-            if emitting:
+        blocks, rid = req.blocks, req.request_id
+        gone = blocks[::-1]  # deepest first
+        blocks.clear()
+        if self._emitting:
+            for blk in gone:
                 self._emit(EventKind.RELEASE, request_id=rid, preemption_count=req.preemptions,
                            hash=blk.key, depth=blk.depth, state_kind=StateKind.ATTENTION,
                            page=blk.page, cause=cause)
-            gone.append(blk)
         if gone:
             self._blocks_unref(gone, rid)
         req.ckpt_top = req.computed = req.keyed = 0

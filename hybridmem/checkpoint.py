@@ -27,7 +27,7 @@ class ConvPlacement(Enum):
     SLOT = "slot"  # one slot of a shared slab, addressed by line id 16 p + s (S2)
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Checkpoint:
     """Storage of one recurrent checkpoint. Only the owning organization mutates it."""
 
@@ -39,6 +39,9 @@ class Checkpoint:
     holders: set[str] = field(default_factory=set)  # request ids holding an execution reference
     home_page: int = -1  # members[0] at creation (event page id, stable after a member is lost)
     home_line: int = -1  # S2: line at creation (event line id); -1 otherwise
+    # S2: the slab page of ``conv``, decoded once at placement (``conv_slab.decode_line``);
+    # meaningful only while ``conv >= 0`` (a line never changes, it only becomes the sentinel)
+    conv_page: int = -1
 
     @property
     def published(self) -> bool:

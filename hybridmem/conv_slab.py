@@ -24,6 +24,9 @@ from hybridmem.addressing import NO_LINE
 
 __all__ = ["NO_LINE", "SlabTable", "SlotRef", "decode_line", "encode_line"]
 
+_tuple_new = tuple.__new__  # _tuple_new(SlotRef, (page, slot)): SlotRef without a Python frame
+
+
 class SlotRef(NamedTuple):  # the same fields as hybridmem.addressing.LineAddress
     page: int
     slot: int
@@ -38,7 +41,7 @@ def decode_line(line: int, slots_per_slab: int) -> SlotRef | None:
     """``(page, slot)`` of a line, or None for the sentinel (or any negative line). The slab
     geometry is required: there is no default of 16 slots."""
     ref = addressing.decode_line_or_none(line, slots_per_slab)
-    return None if ref is None else SlotRef(ref.page, ref.slot)
+    return None if ref is None else _tuple_new(SlotRef, ref)  # SlotRef(ref.page, ref.slot)
 
 
 class SlabTable:

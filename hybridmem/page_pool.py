@@ -32,6 +32,9 @@ class PagePool:
         self.name = name
         self.total = num_pages
         self._refs = [0] * num_pages  # changed by incref/decref/take only
+        # refs(page): the page's reference count (the list's own lookup: no Python frame, for
+        # S2's per-allocation count of slab room, which asks it of every slab with room)
+        self.refs: Callable[[int], int] = self._refs.__getitem__
         self._holds = [0] * num_pages  # changed by hold/unhold/reclaim only
         self._free: deque[int] = deque(range(num_pages))  # FIFO of free pages
         self._cached: OrderedDict[int, None] = OrderedDict()  # oldest first (LRU head)
@@ -51,9 +54,6 @@ class PagePool:
     def num_available(self) -> int:
         """Free plus reclaimable cached pages: what an allocation may obtain."""
         return len(self._free) + len(self._cached)
-
-    def refs(self, page: int) -> int:
-        return self._refs[page]
 
     def ref_counts(self) -> list[int]:
         """A copy of every page's reference count, indexed by page id."""
@@ -94,7 +94,7 @@ class PagePool:
         assert len(free) >= count, f"pool {self.name}: take_many({count}) with {len(free)} " \
             "free pages; this indicates a missing can_allocate/reclaim before allocation"
         popleft, refs = free.popleft, self._refs
-        pages = [popleft() for _ in range(count)]
+        pages = [popleft()] if count == 1 else [popleft() for _ in range(count)]
         for page in pages:
             refs[page] = 1
         self.num_in_use += count
@@ -112,6 +112,19 @@ class PagePool:
                                      "indicates a reference to storage that holds nothing")
             self.num_in_use += 1
         self._refs[page] += 1
+
+    def incref_many(self, pages: Sequence[int]) -> None:
+        """:meth:`incref` of each page, in one call."""
+        refs, holds, cached = self._refs, self._holds, self._cached
+        for page in pages:
+            if refs[page] == 0:
+                if holds[page]:
+                    del cached[page]  # cached -> in use
+                else:  # pragma: no cover - only reachable through a bug
+                    raise AssertionError(f"pool {self.name}: incref of free page {page}; this "
+                                         "indicates a reference to storage that holds nothing")
+                self.num_in_use += 1
+            refs[page] += 1
 
     def decref(self, page: int) -> None:
         self.decref_many((page,))
@@ -150,6 +163,16 @@ class PagePool:
         if self._holds[page] == 0 and self._refs[page] == 0:
             del self._cached[page]
             self._free.append(page)
+
+    def unhold_many(self, pages: Sequence[int]) -> None:
+        """:meth:`unhold` of each page, in order (the order freed pages join the free deque)."""
+        refs, holds = self._refs, self._holds
+        for page in pages:
+            assert holds[page] > 0, f"pool {self.name}: unhold of page {page} with no hold"
+            left = holds[page] = holds[page] - 1
+            if left == 0 and refs[page] == 0:
+                del self._cached[page]
+                self._free.append(page)
 
     def touch(self, page: int) -> None:
         """Move a cached page to the most recently used end."""

@@ -79,3 +79,84 @@ def test_skipped_copy_publishes_after_the_other_copy_is_lost():
     # negative control: without the waiter record r2 never rescans and publishes nothing
     _, published, _ = _two_copies(forgetful=True)
     assert published == []
+
+
+# -- session 4: batched pool operations and S2's conv page decoded once ---------------------
+
+def _pool_state(pool):
+    return (pool.ref_counts(), [pool.holds(p) for p in range(pool.total)], list(pool._free),
+            pool.cached_pages(), pool.num_in_use)
+
+
+def _cached_pool():
+    """Pages 0-5 taken, held once, released in order: all six cached, oldest first."""
+    from hybridmem.page_pool import PagePool
+    pool = PagePool("t", 8)
+    pages = pool.take_many(6)
+    pool.hold_many(pages)
+    pool.decref_many(pages)
+    return pool
+
+
+@pytest.mark.parametrize("pages", [[3], [1, 4, 2], [5, 0, 3, 1]])
+def test_incref_many_and_unhold_many_equal_one_page_at_a_time(pages):
+    one, many = _cached_pool(), _cached_pool()
+    for p in pages:
+        one.incref(p)
+    many.incref_many(pages)
+    assert _pool_state(one) == _pool_state(many)
+    one, many = _cached_pool(), _cached_pool()
+    for p in pages:
+        one.unhold(p)  # cached -> free, joining the free deque in this order
+    many.unhold_many(pages)
+    assert _pool_state(one) == _pool_state(many)
+    if len(pages) > 1:  # negative control: another order frees the pages in another order
+        other = _cached_pool()
+        other.unhold_many(pages[::-1])
+        assert _pool_state(other) != _pool_state(many)
+
+
+def _s2_checkpoints(geometry, decoder=None, monkeypatch=None):
+    """S2 on ``geometry`` with 40 small requests (slabs fill, empty and get reused); returns
+    (line, conv_page) of every live checkpoint and the slots per slab."""
+    from hybridmem import conv_slab
+    if decoder is not None:
+        monkeypatch.setattr(conv_slab, "decode_line", decoder)
+    units = derive_units(PRESETS[geometry])
+    org = build("S2", units, 96)
+    g = org.attention_grid
+    for i in range(40):
+        rid = f"r{i}"
+        org.add_request(rid, [1 + (i % 3)] * g + [1000 + i] * (g * (1 + i % 4) + 1))
+        org.adopt(rid, org.lookup(rid))
+        n = min(len(org.requests[rid].tokens), 3 * g)
+        if org.allocate(rid, n).ok:
+            org.publish(rid, n)
+            org.release_superseded(rid)
+        if i % 3:
+            org.finish(rid)
+    assert org.slabs is not None
+    return ([(ck.conv, ck.conv_page) for ck in org.live_ckpts.values() if ck.conv >= 0],
+            org.slabs.slots_per_slab)
+
+
+def test_s2_conv_page_is_the_decoded_line():
+    got, slots = _s2_checkpoints("granite-4.0-h-micro")
+    assert slots == 32 and len(got) > 5
+    assert all(page == line // slots for line, page in got)  # App. A.3: line = slots p + s
+
+
+def test_s2_conv_page_follows_the_decoder(monkeypatch):
+    """Negative control: the page is what ``conv_slab.decode_line`` says (the seam the mutants
+    patch): a decoder that assumes 16 slots on granite's 32-slot slabs gives other pages."""
+    from hybridmem.conv_slab import SlotRef
+
+    def decode16(line, slots_per_slab):
+        return None if line < 0 else SlotRef(*divmod(line, 16))
+
+    try:
+        got, slots = _s2_checkpoints("granite-4.0-h-micro", decode16, monkeypatch)
+    except AssertionError as exc:  # the wrong page is held: the pool's own check fires
+        assert "hold on free page" in str(exc) or "references" in str(exc), exc
+    else:
+        assert any(page != line // slots for line, page in got)

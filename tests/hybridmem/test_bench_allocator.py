@@ -25,3 +25,10 @@ def test_main_prints_one_table(capsys):
     assert [line.split()[0] for line in out[1:5]] == ["S0", "S1", "S2", "D0"]
     # vLLM rows follow: timed (vLLM@512, vLLM@16: D0's grid) or a line saying why not
     assert out[5].startswith("vLLM") and len(out) in (6, 7)
+
+
+def test_hash_floor_prints_every_row(capsys):
+    assert main(["--requests", "6", "--repeat", "1", "--hash-floor"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in out] == ["vLLM@512", "vLLM@16", "S0", "S1", "S2", "D0"]
+    assert "two chains (16/1792)" in out[-1] and "ceiling vs vLLM@512" in out[-1]
