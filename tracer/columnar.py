@@ -29,7 +29,7 @@ import numpy as np
 from hybridmem.events import Cause, Event, EventKind, Outcome, StateKind
 from tracer import format as fmt
 from tracer.judge import ScanCounters
-from tracer.reader import LOST_STRING_PREFIX, TraceReader, _Malformed
+from tracer.reader import LOST_STRING_PREFIX, TraceReader, _Malformed, define_string
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -189,13 +189,7 @@ class ColumnParser:
         new_strings: dict[int, str] = {}
         defined_at: dict[int, int] = {}  # string id -> number of events before its definition
         for sid, at, length, events_before in defs:
-            try:
-                text = content[at:at + length].decode()
-            except UnicodeDecodeError as exc:
-                raise _Malformed(str(exc)) from None
-            if strings.get(sid, text) != text or new_strings.get(sid, text) != text:
-                raise _Malformed(f"string id {sid} redefined")
-            new_strings[sid] = text
+            define_string(content, at, length, sid, strings, new_strings)
             defined_at.setdefault(sid, events_before)
         end = None
         if end_off >= 0:

@@ -366,13 +366,7 @@ def _parse_records(content: bytes, first_seq: int, count: int, strings: dict[int
             off += str_size
             if off + length > n or sid == 0:
                 raise _Malformed("bad string record")
-            try:
-                text = content[off:off + length].decode()
-            except UnicodeDecodeError as exc:
-                raise _Malformed(str(exc)) from None
-            if strings.get(sid, text) != text or new_strings.get(sid, text) != text:
-                raise _Malformed(f"string id {sid} redefined")
-            new_strings[sid] = text
+            define_string(content, off, length, sid, strings, new_strings)
             off += length
         elif tag == fmt.TAG_END:
             if off + end_size > n:
@@ -389,6 +383,20 @@ def _parse_records(content: bytes, first_seq: int, count: int, strings: dict[int
         raise _Malformed("record count disagrees with packet header")
     strings.update(new_strings)
     return out, end
+
+
+def define_string(content: bytes, at: int, length: int, sid: int, strings: dict[int, str],
+                  new_strings: dict[int, str]) -> None:
+    """Record string ``sid`` (the UTF-8 text at ``content[at:at + length]``) in ``new_strings``;
+    a text that does not decode, or another text for an id already defined, refuses the
+    packet."""
+    try:
+        text = content[at:at + length].decode()
+    except UnicodeDecodeError as exc:
+        raise _Malformed(str(exc)) from None
+    if strings.get(sid, text) != text or new_strings.get(sid, text) != text:
+        raise _Malformed(f"string id {sid} redefined")
+    new_strings[sid] = text
 
 
 def _string(sid: int, strings: dict[int, str], new_strings: dict[int, str]) -> str:
