@@ -104,14 +104,7 @@ class PagePool:
         return pages
 
     def incref(self, page: int) -> None:
-        if self._refs[page] == 0:
-            if self._holds[page]:
-                del self._cached[page]
-            else:  # pragma: no cover - only reachable through a bug
-                raise AssertionError(f"pool {self.name}: incref of free page {page}; this "
-                                     "indicates a reference to storage that holds nothing")
-            self.num_in_use += 1
-        self._refs[page] += 1
+        self.incref_many((page,))
 
     def incref_many(self, pages: Sequence[int]) -> None:
         """:meth:`incref` of each page, in one call."""
@@ -158,11 +151,7 @@ class PagePool:
             holds[page] += 1
 
     def unhold(self, page: int) -> None:
-        assert self._holds[page] > 0, f"pool {self.name}: unhold of page {page} with no hold"
-        self._holds[page] -= 1
-        if self._holds[page] == 0 and self._refs[page] == 0:
-            del self._cached[page]
-            self._free.append(page)
+        self.unhold_many((page,))
 
     def unhold_many(self, pages: Sequence[int]) -> None:
         """:meth:`unhold` of each page, in order (the order freed pages join the free deque)."""

@@ -278,13 +278,8 @@ MUTANTS: list[Mutant] = [
        "self.slabs = SlabTable(num_pages, slots_per_slab)",
        "self.slabs = SlabTable(num_pages, 16)", orgs=("S2",), geometry="granite-4.0-h-micro"),
     # -- pools -------------------------------------------------------------------------------
-    _m("incref-keeps-page-cached", "pools", "hybridmem.page_pool",
-       "                del self._cached[page]\n            else:  # pragma",
-       "                pass\n            else:  # pragma", orgs=SHARED),
     _m("incref-many-keeps-page-cached", "pools", "hybridmem.page_pool",
        "del cached[page]  # cached -> in use", "pass  # cached -> in use", orgs=SHARED),
-    _m("unhold-frees-page-in-use", "pools", "hybridmem.page_pool",
-       "if self._holds[page] == 0 and self._refs[page] == 0:", "if self._holds[page] == 0:"),
     _m("unhold-many-frees-page-in-use", "pools", "hybridmem.page_pool",
        "if left == 0 and refs[page] == 0:", "if left == 0:"),
     _m("d0-checkpoints-in-attention-pool", "pools", "hybridmem.dual_pools",
