@@ -231,13 +231,13 @@ class OrgKVCacheManager:
             ck = org.rec_index.get(hit.checkpoint.key)
             if ck is not None:
                 taken_r = sum(1 for p in set(org._ckpt_pages(ck)) if rpool.refs(p) == 0)
-        avail_a = apool.num_available - taken_a
-        avail_r = rpool.num_available - taken_r
+        need = n_blocks + rec_units
         if self._shared:  # one pool: both takings come out of it
             avail = apool.num_available - taken_a - taken_r
-            return self._fits(n_blocks, rec_units, avail, 0), n_blocks + rec_units, avail
-        return (self._fits(n_blocks, rec_units, avail_a, avail_r), n_blocks + rec_units,
-                avail_a + avail_r)
+            return self._fits(n_blocks, rec_units, avail, 0), need, avail
+        avail_a = apool.num_available - taken_a
+        avail_r = rpool.num_available - taken_r
+        return self._fits(n_blocks, rec_units, avail_a, avail_r), need, avail_a + avail_r
 
     def _ckpts_after(self, depth: int, total: int) -> int:
         """Recurrent checkpoints a request at ``depth`` writes up to ``total`` tokens: one per
