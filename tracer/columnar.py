@@ -2,9 +2,10 @@
 
 The same packet walk as :meth:`TraceReader.events` (``TraceReader.scan``: magic, CRC, gaps,
 duplicates, torn tails, the verdict), with a parser that never builds an ``Event`` per record.
-Per packet, one Python pass only finds where each record starts (records have variable length:
-string records and hash chains); the fixed 100-byte event records are then gathered into one
-NumPy structured array and checked and converted a column at a time::
+Per packet, one walk only finds where each record starts (records have variable length: string
+records and hash chains; compiled as ``tracer._ctrace.walk``, else :func:`py_walk`); the fixed
+100-byte event records are then gathered into one NumPy structured array and checked and
+converted a column at a time::
 
     content  [ev][str][ev+chain][ev][ev] ...        walk: offsets of ev, chain spans, strings
                  |         |      |   |
@@ -15,7 +16,7 @@ NumPy structured array and checked and converted a column at a time::
 It refuses exactly the packets :func:`tracer.reader._parse_records` refuses and resolves request
 ids exactly as it does: a string id is known to a record if it was defined in an earlier packet
 or earlier in the same packet (``tests/tracer/test_columnar.py`` compares the two parsers on
-every corruption the suite knows, with a negative control).
+whole traces and forged packets, with a negative control).
 """
 
 from __future__ import annotations
@@ -44,7 +45,6 @@ EVENT_DTYPE = np.dtype([
 ])
 assert EVENT_DTYPE.itemsize == fmt.EVENT.size, "EVENT_DTYPE out of step with tracer.format.EVENT"
 _COUNTS = struct.Struct("<II")  # n_chain, n_recurrent_chain at offset 92 of an event record
-_COUNTS_AT = 92
 _WIDTH = np.arange(fmt.EVENT.size)
 
 _ENUMS: dict[str, Any] = {"kind": EventKind, "state_kind": StateKind, "cause": Cause,
@@ -110,7 +110,7 @@ def py_walk(content: bytes) -> Walk:
     spans: list[tuple[int, int, int]] = []
     defs: list[tuple[int, int, int, int]] = []
     off, n, end = 0, len(content), -1
-    assert fmt.EVENT.size == 100 and _COUNTS_AT == 92 and fmt.TAG_EVENT == 0  # inlined below
+    assert fmt.EVENT.size == 100 and fmt.TAG_EVENT == 0  # inlined below
     counts = _COUNTS.unpack_from
     append = offs.append
     last_event = n - 100  # the last offset where a whole event record fits
@@ -119,7 +119,7 @@ def py_walk(content: bytes) -> Walk:
         if tag == 0:  # fmt.TAG_EVENT
             if off > last_event:
                 return offs, spans, defs, end, "event record overruns packet"
-            n_chain, n_rchain = counts(content, off + 92)  # _COUNTS_AT
+            n_chain, n_rchain = counts(content, off + 92)
             append(off)
             off += 100  # fmt.EVENT.size
             if n_chain or n_rchain:
@@ -175,12 +175,13 @@ class ColumnParser:
         self.pending: list[_Packet] = []
         self.n_pending = 0
         self.end_row: tuple[int, int] | None = None
+        self.walk = _walk()
 
     # ------------------------------------------------------------------ parse
     def parse(self, content: bytes, first_seq: int, count: int, strings: dict[int, str]
               ) -> tuple[_Packet, tuple[int, int, int, int, int] | None]:
         self.strings = strings
-        offsets, spans, defs, end_off, error = _walk()(content)
+        offsets, spans, defs, end_off, error = self.walk(content)
         if error is not None:
             raise _Malformed(error)
         offs = np.frombuffer(offsets, dtype="<i8") if isinstance(offsets, bytes) else \
