@@ -1,5 +1,5 @@
-"""Parquet export and ``verify`` of a binary trace: speed of the columnar decoder against the
-row reader, and memory at two trace sizes, side by side in one run.
+"""Parquet export, ``verify`` and the Perfetto timeline of a binary trace: speed of the columnar
+decoder against the row reader, and memory at two trace sizes, side by side in one run.
 
     PYTHONPATH=. python benchmarks/bench_export.py [--events 100000 1000000] [--work DIR]
         [--paths columnar row]
@@ -9,14 +9,18 @@ decoding path, a fresh child process runs the export (``tracer.export.write_parq
 ``tracer.verify``, and reports CPU and wall seconds of each and its peak resident set
 (``ru_maxrss``). ``columnar`` is the shipped path (``tracer.columnar``); ``row`` swaps in the
 reference decoder (``tracer.export.row_batches`` for the export, ``TraceReader.events()`` for
-verify). A streaming export holds about one record batch (:data:`tracer.export.BATCH_ROWS`
-events) at a time, so the peak stays flat as the trace grows. The last lines print the CPU
-ratios columnar / row and the peak-RSS ratio between the sizes.
+verify). A second child per path writes the Perfetto timeline (``tracer.perfetto`` against
+the ``Event``-at-a-time ``json.dumps`` exporter it replaced, ``tests/tracer/perfetto_reference``;
+the two files are compared byte for byte). A streaming export holds about one record batch
+(:data:`tracer.export.BATCH_ROWS` events) at a time, so the peak stays flat as the trace
+grows. The last lines print the CPU ratios columnar / row and the peak-RSS ratio between the
+sizes.
 """
 
 from __future__ import annotations
 
 import argparse
+import filecmp
 import json
 import os
 import subprocess
@@ -38,6 +42,21 @@ def write_trace(path: Path, n: int) -> None:
     w.close()
     os.replace(tmp, path)
 
+
+_PERFETTO = """
+import json, resource, sys, time
+t, c = time.perf_counter(), time.process_time()
+if sys.argv[3] == "row":
+    from tests.tracer.perfetto_reference import write_reference
+    with open(sys.argv[2], "w", encoding="utf-8") as f:
+        write_reference(sys.argv[1], f)
+else:
+    from tracer.perfetto import write_perfetto
+    write_perfetto(sys.argv[1], sys.argv[2])
+t1, c1 = time.perf_counter(), time.process_time()
+u = resource.getrusage(resource.RUSAGE_SELF)
+print(json.dumps({"wall_s": t1 - t, "cpu_s": c1 - c, "peak_rss_kib": u.ru_maxrss}))
+"""
 
 _CHILD = """
 import json, resource, sys, time
@@ -63,12 +82,13 @@ print(json.dumps({"wall_s": t1 - t, "cpu_s": c1 - c, "verify_wall_s": t2 - t1,
 """
 
 
-def export(trace: Path, out: Path, path: str = "columnar") -> dict[str, float]:
+def export(trace: Path, out: Path, path: str = "columnar", child: str = _CHILD
+           ) -> dict[str, float]:
     out.unlink(missing_ok=True)
     root = str(Path(__file__).resolve().parent.parent)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root,
                                                                      os.environ.get("PYTHONPATH")]))}
-    res = subprocess.run([sys.executable, "-c", _CHILD, str(trace), str(out), path], env=env,
+    res = subprocess.run([sys.executable, "-c", child, str(trace), str(out), path], env=env,
                          check=True, capture_output=True, text=True)
     return json.loads(res.stdout.strip().splitlines()[-1])
 
@@ -101,11 +121,26 @@ def main(argv: list[str] | None = None) -> int:
                       f"(wall {r['wall_s']:6.2f})  verify CPU {r['verify_cpu_s']:6.2f} s "
                       f"(wall {r['verify_wall_s']:6.2f})  peak RSS "
                       f"{r['peak_rss_kib'] / 1024:7.1f} MiB  accepted {r['accepted']}")
+                print(f"# {path}: Perfetto timeline of {n:,} events ...", file=sys.stderr,
+                      flush=True)
+                timeline = work / f"synthetic_{n}_{path}.json"
+                rows[n, path + "/perfetto"] = p = export(trace, timeline, path, _PERFETTO)
+                print(f"{n:>12,} events  {path:<8}  perfetto CPU {p['cpu_s']:7.2f} s "
+                      f"(wall {p['wall_s']:6.2f})  peak RSS {p['peak_rss_kib'] / 1024:7.1f} MiB")
+        if "columnar" in a.paths and "row" in a.paths:
+            for n in (small, large):
+                same = filecmp.cmp(work / f"synthetic_{n}_columnar.json",
+                                   work / f"synthetic_{n}_row.json", shallow=False)
+                print(f"perfetto files at {n:,} events: {'identical' if same else 'DIFFER'}")
+                if not same:
+                    return 1
     if "columnar" in a.paths and "row" in a.paths:
         for n in (small, large):
             c, r = rows[n, "columnar"], rows[n, "row"]
+            cp, rp = rows[n, "columnar/perfetto"], rows[n, "row/perfetto"]
             print(f"columnar / row at {n:,} events: export CPU {c['cpu_s'] / r['cpu_s']:.3f}, "
-                  f"verify CPU {c['verify_cpu_s'] / r['verify_cpu_s']:.3f}")
+                  f"verify CPU {c['verify_cpu_s'] / r['verify_cpu_s']:.3f}, "
+                  f"perfetto CPU {cp['cpu_s'] / rp['cpu_s']:.3f}")
     for path in a.paths:
         a_kib, b_kib = rows[small, path]["peak_rss_kib"], rows[large, path]["peak_rss_kib"]
         per_event = (b_kib - a_kib) * 1024 / (large - small)

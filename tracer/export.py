@@ -1,5 +1,5 @@
 """Exports of a binary trace: the Arrow/Parquet event table (columns in :mod:`tracer.schema`,
-documented in ``tracer/FORMAT.md``) and a Perfetto/Chrome JSON timeline.
+documented in ``tracer/FORMAT.md``) and a Perfetto/Chrome JSON timeline (:mod:`tracer.perfetto`).
 
 Both read only intact packets and carry the verdict with them (table metadata ``hybridmem.meta``
 key ``verdict``; timeline ``otherData.verdict``), so a consumer can refuse a damaged run without
@@ -11,10 +11,10 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator
-from typing import IO, TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any
 
-from hybridmem.events import Event, EventKind
 from hybridmem.outputs import atomic_output, check_output
+from tracer.perfetto import write_perfetto
 from tracer.reader import TraceReader
 from tracer.schema import EVENT_COLUMNS, META_KEY, arrow_schema
 from tracer.verdict import Verdict
@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 _ENUM_COLUMNS = ("kind", "state_kind", "cause", "outcome")
+__all__ = ["events_table", "row_batches", "table_metadata", "write_parquet", "write_perfetto"]
 
 
 def _finish(reader: TraceReader) -> Verdict:
@@ -105,118 +106,4 @@ def write_parquet(path: str | os.PathLike[str], out: str | os.PathLike[str]) -> 
                 writer.write_batch(batch)
             verdict = _finish(reader)
             writer.add_key_value_metadata(table_metadata(reader.meta, verdict))
-    return verdict
-
-
-# ---------------------------------------------------------------------- Perfetto / Chrome JSON
-_PID = 1
-_GLOBAL_TID = 0
-_INSTANT_FIELDS = ("step", "preemption_count", "hash", "depth", "state_kind", "page", "line",
-                   "cause", "requester", "need", "free", "outcome")
-_DEFAULTS = Event(EventKind.END)
-
-
-def _args(e: Event) -> dict[str, Any]:
-    args: dict[str, Any] = {}
-    for name in _INSTANT_FIELDS:
-        value = getattr(e, name)
-        if value != getattr(_DEFAULTS, name):
-            args[name] = value.name.lower() if name in _ENUM_COLUMNS else value
-    if e.hash:
-        args["hash"] = f"{e.hash:016x}"
-    if e.chain or e.recurrent_chain:
-        args["chain_len"] = len(e.chain)
-        args["recurrent_chain_len"] = len(e.recurrent_chain)
-    return args
-
-
-class _Timeline:
-    """Writes trace events as they come: one thread track per request, B/E slices for the
-    ``waiting`` (entry -> adoption) and ``running`` (adoption/resume -> preemption/finish) phases
-    of each episode, and an instant event for every state event."""
-
-    def __init__(self, out: IO[str]) -> None:
-        self.out = out
-        self.first = True
-        self.tids: dict[str, int] = {}
-        self.open: dict[int, str] = {}  # tid -> name of the open slice
-        self.t0: int | None = None
-        self.last_us = 0.0
-
-    def emit(self, obj: dict[str, Any]) -> None:
-        self.out.write(("" if self.first else ",\n") + json.dumps(obj, separators=(",", ":")))
-        self.first = False
-
-    def tid(self, request: str) -> int:
-        if not request:
-            return _GLOBAL_TID
-        tid = self.tids.get(request)
-        if tid is None:
-            tid = self.tids[request] = len(self.tids) + 1
-            self.emit({"ph": "M", "name": "thread_name", "pid": _PID, "tid": tid,
-                       "args": {"name": f"request {request}"}})
-            self.emit({"ph": "M", "name": "thread_sort_index", "pid": _PID, "tid": tid,
-                       "args": {"sort_index": tid}})
-        return tid
-
-    def slice(self, tid: int, ts: float, name: str | None) -> None:
-        """Close the open slice on ``tid`` (if any) and open ``name`` (if given)."""
-        if tid in self.open:
-            self.emit({"ph": "E", "pid": _PID, "tid": tid, "ts": ts})
-            del self.open[tid]
-        if name is not None:
-            self.open[tid] = name
-            self.emit({"ph": "B", "pid": _PID, "tid": tid, "ts": ts, "name": name,
-                       "cat": "episode"})
-
-    def event(self, seq: int, ts_ns: int, e: Event) -> None:
-        if self.t0 is None:
-            self.t0 = ts_ns
-        ts = round((ts_ns - self.t0) / 1000.0, 3)
-        self.last_us = max(self.last_us, ts)
-        kind = e.kind.name.lower()
-        if e.kind is EventKind.END:
-            self.emit({"ph": "i", "s": "g", "pid": _PID, "tid": _GLOBAL_TID, "ts": ts,
-                       "name": "END", "args": {"seq": seq}})
-            return
-        tid = self.tid(e.request_id or e.requester)
-        episode = f"episode {e.preemption_count}"
-        if e.kind is EventKind.WAITING_ENTRY:
-            self.slice(tid, ts, f"waiting ({episode})")
-        elif e.kind in (EventKind.ADOPTION, EventKind.RESUME):
-            self.slice(tid, ts, f"running ({episode})")
-        elif e.kind in (EventKind.PREEMPTION, EventKind.FINISH):
-            self.slice(tid, ts, None)
-        name = kind
-        if e.kind in (EventKind.PUBLICATION, EventKind.LOSS):
-            name = f"{kind} {e.state_kind.name.lower()}"
-            if e.kind is EventKind.LOSS:
-                name += f" ({e.cause.name.lower()})"
-        self.emit({"ph": "i", "s": "t", "pid": _PID, "tid": tid, "ts": ts, "name": name,
-                   "cat": kind, "args": {"seq": seq, **_args(e)}})
-
-    def close_slices(self) -> None:
-        for tid in list(self.open):
-            self.slice(tid, self.last_us, None)
-
-
-def write_perfetto(path: str | os.PathLike[str], out: str | os.PathLike[str]) -> Verdict:
-    """Write a Chrome JSON trace (opens in ui.perfetto.dev and chrome://tracing); returns the
-    verdict, which is also stored under ``otherData``."""
-    check_output(out, (path,), "--perfetto")
-    reader = TraceReader(path)
-    with atomic_output(out, (path,), "--perfetto") as tmp, open(tmp, "w", encoding="utf-8") as f:
-        f.write('{"displayTimeUnit":"ns","traceEvents":[\n')
-        tl = _Timeline(f)
-        org = reader.meta.get("organization")
-        tl.emit({"ph": "M", "name": "process_name", "pid": _PID, "tid": _GLOBAL_TID,
-                 "args": {"name": f"hybridmem {org or 'trace'}"}})
-        tl.emit({"ph": "M", "name": "thread_name", "pid": _PID, "tid": _GLOBAL_TID,
-                 "args": {"name": "global (no request)"}})
-        for seq, ts, e in reader.events():
-            tl.event(seq, ts, e)
-        tl.close_slices()
-        verdict = _finish(reader)
-        other = {"meta": reader.meta, "verdict": verdict.as_dict()}
-        f.write('\n],"otherData":' + json.dumps(other, sort_keys=True) + "}\n")
     return verdict

@@ -165,6 +165,12 @@ def test_server_run_matches_the_in_process_run(tiny_model: Path, tmp_path: Path)
     assert a.keys() == b.keys()
     assert a["request_id"] == b["request_id"]
     assert a["output_token_ids"] == b["output_token_ids"], "greedy outputs differ"
+    # negative control: the outputs depend on the request, so answers served to the wrong
+    # request, or the same answer to all, fail the comparison above (a state fault in the
+    # served organization is test_org_serving's swap-members / stale-checkpoint controls)
+    outs = [tuple(t) for t in b["output_token_ids"]]
+    assert len(set(outs)) > 1, "every request got the same tokens: the comparison is blind"
+    assert a["output_token_ids"] != b["output_token_ids"][1:] + b["output_token_ids"][:1]
     assert a["output_tokens"] == a["max_output_tokens"]
     assert all(t > 0 for t in a["ttft_s"])
     _, events = read_trace(s["trace_path"])
