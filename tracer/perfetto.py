@@ -223,8 +223,13 @@ def write_timeline(reader: TraceReader, f: IO[str], rows: int) -> Verdict:
     return verdict
 
 
+# records decoded and formatted at a time: at 1M events 16,384 gave a peak RSS of 178 MiB
+# against 332 MiB at 65,536, at the same CPU time (the batch's Python strings dominate)
+ROWS = 16_384
+
+
 def write_perfetto(path: str | os.PathLike[str], out: str | os.PathLike[str],
-                   rows: int = 65_536) -> Verdict:
+                   rows: int = ROWS) -> Verdict:
     """Write a Chrome JSON trace (opens in ui.perfetto.dev and chrome://tracing) to ``out``,
     through a temporary file renamed at the end (never over ``path``); returns the verdict,
     which is also stored under ``otherData``. ``rows`` records are decoded at a time."""
