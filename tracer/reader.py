@@ -30,7 +30,14 @@ from tracer.judge import ScanCounters, Verdict, judge
 
 CHUNK = 1 << 20
 DIRECT_CRC_MAX = 4096  # content up to this is CRC'd directly (cheaper than a shift), longer
-#                        by prefix checkpoints (tracer/crcrange.py)
+#                        directly while the credit below lasts, else by prefix checkpoints
+#                        (tracer/crcrange.py)
+# Credit for longer direct CRCs: the bytes CRC'd directly past DIRECT_CRC_MAX stay within
+# 2 x (file offset reached) + DIRECT_CRC_SLACK. An intact file (each packet CRC'd once, at an
+# offset past the packets before it) never runs out and never builds checkpoints (a Python step
+# per 512 B); a hostile one (headers that each claim the rest of the file) spends the credit in
+# O(file) bytes and continues through the checkpoints: linear either way.
+DIRECT_CRC_SLACK = 1 << 20
 CK_BLOCK = 512  # prefix-CRC checkpoint spacing: a range CRC reads <= 2 x 512 B + 44 B
 
 TraceEvent = tuple[int, int, Event]  # (seq, ts_ns, event)
@@ -53,6 +60,7 @@ class _Window:
         self.eof = False
         self.ck: list[int] | None = None  # ck[k] = crc32(file[ck_origin:ck_origin + k*BLOCK])
         self.ck_origin = start
+        self.direct = 0  # bytes CRC'd directly on credit (packets longer than DIRECT_CRC_MAX)
 
     def ensure(self, n: int) -> bool:
         """True when at least ``n`` unread bytes are in the window."""
@@ -98,11 +106,15 @@ class _Window:
 
     def packet_crc(self, start: int, length: int) -> int:
         """CRC of the packet at ``buf[start:]`` as FORMAT.md defines it (header up to the CRC
-        field, then ``length`` content bytes), in O(min(length, DIRECT_CRC_MAX)) work."""
+        field, then ``length`` content bytes): directly when short or on credit (see
+        DIRECT_CRC_SLACK), else in O(DIRECT_CRC_MAX) work from the prefix checkpoints."""
         view = memoryview(self.buf)
         head = zlib.crc32(view[start:start + fmt.PACKET_CRC_OFFSET])
         lo = start + fmt.PACKET.size
         if length <= DIRECT_CRC_MAX:
+            return zlib.crc32(view[lo:lo + length], head) & 0xFFFFFFFF
+        if self.direct + length <= 2 * (self.base + start) + DIRECT_CRC_SLACK:
+            self.direct += length
             return zlib.crc32(view[lo:lo + length], head) & 0xFFFFFFFF
         s = self.base + lo
         return crcrange.shift(head ^ self.prefix_crc(s), length) ^ self.prefix_crc(s + length)

@@ -64,6 +64,7 @@ def test_prefix_path_reads_damaged_traces_exactly(monkeypatch, seed):
     """Every packet through the range-CRC path: the corruption checks of test_corruption hold
     (every returned record exact, nothing damaged accepted)."""
     monkeypatch.setattr(reader, "DIRECT_CRC_MAX", 0)
+    monkeypatch.setattr(reader, "DIRECT_CRC_SLACK", -(1 << 62))  # no credit either
     rng = random.Random(seed)
     damaged = bytearray(ORIGINAL)
     for i in rng.sample(range(SPANS[0][0], len(ORIGINAL)), 3):
@@ -75,8 +76,88 @@ def test_prefix_path_over_window_compaction(tmp_path, monkeypatch):
     """A file larger than the read window (compaction moves the checkpoint grid) still reads
     every record through the range-CRC path."""
     monkeypatch.setattr(reader, "DIRECT_CRC_MAX", 0)
+    monkeypatch.setattr(reader, "DIRECT_CRC_SLACK", -(1 << 62))  # no credit either
     monkeypatch.setattr(reader, "CHUNK", 4096)
     path = tmp_path / "t.hmt"
     path.write_bytes(ORIGINAL)
     got = [e for _, _, e in read_events(str(path))][:-1]
     assert got == EVENTS and verify(str(path)).accepted  # the undamaged file, accepted
+
+
+def _alternating(size: int) -> bytes:
+    """Valid one-record packets, each followed by a header with a bad CRC claiming the rest
+    of the file: every claim is at the scan's expected position, not inside a damaged region."""
+    from tests.tracer.test_columnar import event, header, packet
+    from tracer import format as fmt
+
+    out = bytearray(header())
+    i = 0
+    while len(out) < size:
+        out += packet(2 * i, i, event(i), 1)
+        out += fmt.PACKET.pack(fmt.PACKET_MAGIC, 2 * i + 1, i + 1, 0, 1, 0, 0, 0xDEADBEEF)
+        i += 1
+    data = bytearray(out)
+    # each bad header claims the bytes after it (patched once the file's length is known)
+    pos = len(header())
+    while pos < len(data):
+        length = fmt.PACKET.unpack_from(data, pos)[3]
+        pos += fmt.PACKET.size + length  # the valid packet
+        if pos >= len(data):
+            break
+        head = list(fmt.PACKET.unpack_from(data, pos))
+        head[3] = min(len(data) - pos - fmt.PACKET.size, fmt.MAX_PACKET_CONTENT)
+        fmt.PACKET.pack_into(data, pos, *head)
+        pos += fmt.PACKET.size
+    return bytes(data)
+
+
+def _alternating_work(tmp_path, monkeypatch, size: int) -> int:
+    path = tmp_path / f"a{size}.hmt"
+    path.write_bytes(_alternating(size))
+    counter = _CountingZlib()
+    monkeypatch.setattr(reader, "zlib", counter)
+    v = verify(str(path))
+    assert not v.accepted and v.recovered_records > 100
+    return counter.bytes
+
+
+def test_direct_crc_credit_keeps_alternating_claims_linear(tmp_path, monkeypatch):
+    """Long packets are CRC'd directly only on credit (DIRECT_CRC_SLACK): claims that follow
+    valid packets cannot make the scan quadratic. Negative control: unlimited credit can."""
+    monkeypatch.setattr(reader, "DIRECT_CRC_SLACK", 0)  # the bound shows at small sizes
+    small, large = (_alternating_work(tmp_path, monkeypatch, s) for s in (64 << 10, 256 << 10))
+    assert large / small < 5 and large < 8 * (256 << 10), (small, large)  # 4.45 and 6.5 B/B
+    monkeypatch.setattr(reader, "DIRECT_CRC_SLACK", 1 << 62)
+    quad_small, quad_large = (_alternating_work(tmp_path, monkeypatch, s)
+                              for s in (64 << 10, 256 << 10))
+    assert quad_large / quad_small > 12, (quad_small, quad_large)
+
+
+def test_intact_long_packets_are_crcd_once_without_checkpoints(tmp_path, monkeypatch):
+    """An intact file: each long packet one direct CRC, no prefix checkpoints (a Python step per
+    512 B). Negative control: without credit the checkpoints are built."""
+    from tests.tracer.helpers import write_trace
+    from tracer.synthetic import synthetic_events
+
+    path = tmp_path / "t.hmt"
+    write_trace(path, list(synthetic_events(20_000, seed=2)), packet_records=512)
+    size = path.stat().st_size
+    calls = []
+
+    def calls_for() -> int:
+        counter = _CountingZlib()
+        n = [0]
+
+        def crc32(data, value=0):
+            n[0] += 1
+            return counter.crc32(data, value)
+
+        monkeypatch.setattr(reader, "zlib", type("Z", (), {"crc32": staticmethod(crc32)}))
+        assert verify(str(path)).accepted
+        calls.append(counter.bytes)
+        return n[0]
+
+    packets = 20_000 // 512 + 2
+    assert calls_for() <= 3 * packets and calls[-1] < 1.01 * size
+    monkeypatch.setattr(reader, "DIRECT_CRC_SLACK", -(1 << 62))
+    assert calls_for() > size // reader.CK_BLOCK
