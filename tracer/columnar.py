@@ -172,6 +172,9 @@ class ColumnParser:
         self.rows = rows
         self.arrow = arrow
         self.strings: dict[int, str] = {0: ""}  # the reader's dictionary (shared by reference)
+        # ids of the dictionary whose text looks like a lost string (a forgery; kept as texts
+        # are never redefined): with none, a record's string is lost exactly when its code < 0
+        self.lookalikes: set[int] = set()
         self.pending: list[_Packet] = []
         self.n_pending = 0
         self.end_row: tuple[int, int] | None = None
@@ -216,6 +219,8 @@ class ColumnParser:
                          _codes(rows["request_id"], strings, defined_at),
                          _codes(rows["requester"], strings, defined_at))
         strings.update(new_strings)
+        self.lookalikes.update(sid for sid, text in new_strings.items()
+                               if text.startswith(LOST_STRING_PREFIX))
         return packet, end
 
     # ------------------------------------------------------------------ accept
@@ -244,9 +249,8 @@ class ColumnParser:
     def _lost(self, codes: np.ndarray) -> np.ndarray:
         """Records whose id reads as a lost string (unknown, or a text that looks like one)."""
         lost = codes < 0
-        for u in np.unique(codes[codes > 0]):
-            if self.strings[int(u)].startswith(LOST_STRING_PREFIX):
-                lost |= codes == u
+        if self.lookalikes:
+            lost |= np.isin(codes, np.fromiter(self.lookalikes, dtype=np.int64))
         return lost
 
     def _text(self, codes: np.ndarray) -> pa.Array:
@@ -311,16 +315,25 @@ def _merge(packets: list[_Packet]) -> _Packet | None:
 
 
 def _hashes(content: bytes, spans: list[tuple[int, int, int]]) -> tuple[np.ndarray, np.ndarray]:
-    """The packet's chain and recurrent-chain hashes, each concatenated in record order."""
+    """The packet's chain and recurrent-chain hashes, each concatenated in record order: span
+    ``(off, n_chain, n_rchain)`` holds ``n_chain`` then ``n_rchain`` little-endian u64 at byte
+    ``off`` (any alignment), gathered for the whole packet at once."""
     if not spans:
         empty = np.zeros(0, dtype=np.uint64)
         return empty, empty
-    chains, rchains = [], []
-    for off, n_chain, n_rchain in spans:
-        h = np.frombuffer(content, dtype="<u8", count=n_chain + n_rchain, offset=off)
-        chains.append(h[:n_chain])
-        rchains.append(h[n_chain:])
-    return np.concatenate(chains).astype(np.uint64), np.concatenate(rchains).astype(np.uint64)
+    off, n_chain, n_rchain = np.array(spans, dtype=np.int64).reshape(-1, 3).T
+    total = n_chain + n_rchain
+    count = int(total.sum())
+    first = np.repeat(np.cumsum(total) - total, total)  # index of its span's first hash
+    within = np.arange(count, dtype=np.int64) - first   # position inside its span
+    pos = np.repeat(off, total) + 8 * within
+    raw = np.frombuffer(content, dtype=np.uint8)
+    values = raw[pos[:, None] + _U64_BYTES].view("<u8").reshape(count).astype(np.uint64)
+    in_chain = within < np.repeat(n_chain, total)
+    return values[in_chain], values[~in_chain]
+
+
+_U64_BYTES = np.arange(8, dtype=np.int64)
 
 
 def _lists(lengths: np.ndarray, values: np.ndarray) -> pa.Array:
