@@ -18,18 +18,25 @@ pytestmark = pytest.mark.writer_paths("default")  # reader only (see test_corrup
 class _CountingZlib:
     def __init__(self):
         self.bytes = 0
+        self.calls = 0
 
     def crc32(self, data, value=0):
         self.bytes += len(data)
+        self.calls += 1
         return zlib.crc32(data, value)
+
+
+def _verify_counted(path, monkeypatch):
+    """(verdict, CRC counter) of verifying ``path``."""
+    counter = _CountingZlib()
+    monkeypatch.setattr(reader, "zlib", counter)
+    return verify(str(path)), counter
 
 
 def _work(tmp_path, monkeypatch, size: int) -> int:
     path = tmp_path / f"h{size}.hmt"
     path.write_bytes(hostile(size))
-    counter = _CountingZlib()
-    monkeypatch.setattr(reader, "zlib", counter)
-    v = verify(str(path))
+    v, counter = _verify_counted(path, monkeypatch)
     assert not v.accepted and v.checksum_errors == 1
     return counter.bytes
 
@@ -114,9 +121,7 @@ def _alternating(size: int) -> bytes:
 def _alternating_work(tmp_path, monkeypatch, size: int) -> int:
     path = tmp_path / f"a{size}.hmt"
     path.write_bytes(_alternating(size))
-    counter = _CountingZlib()
-    monkeypatch.setattr(reader, "zlib", counter)
-    v = verify(str(path))
+    v, counter = _verify_counted(path, monkeypatch)
     assert not v.accepted and v.recovered_records > 100
     return counter.bytes
 
@@ -142,22 +147,9 @@ def test_intact_long_packets_are_crcd_once_without_checkpoints(tmp_path, monkeyp
     path = tmp_path / "t.hmt"
     write_trace(path, list(synthetic_events(20_000, seed=2)), packet_records=512)
     size = path.stat().st_size
-    calls = []
-
-    def calls_for() -> int:
-        counter = _CountingZlib()
-        n = [0]
-
-        def crc32(data, value=0):
-            n[0] += 1
-            return counter.crc32(data, value)
-
-        monkeypatch.setattr(reader, "zlib", type("Z", (), {"crc32": staticmethod(crc32)}))
-        assert verify(str(path)).accepted
-        calls.append(counter.bytes)
-        return n[0]
-
     packets = 20_000 // 512 + 2
-    assert calls_for() <= 3 * packets and calls[-1] < 1.01 * size
+    v, counter = _verify_counted(path, monkeypatch)
+    assert v.accepted and counter.calls <= 3 * packets and counter.bytes < 1.01 * size
     monkeypatch.setattr(reader, "DIRECT_CRC_SLACK", -(1 << 62))
-    assert calls_for() > size // reader.CK_BLOCK
+    v, counter = _verify_counted(path, monkeypatch)
+    assert v.accepted and counter.calls > size // reader.CK_BLOCK
