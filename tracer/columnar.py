@@ -82,19 +82,68 @@ class _Packet:
                        self.qid[start:])
 
 
-def _codes(sids: np.ndarray, known: dict[int, str], defined_at: dict[int, int]) -> np.ndarray:
-    """Per record, its string id if the id was known when the record was read (an earlier
-    packet, or an earlier record of this packet), else minus the id (a lost string)."""
+def _codes(sids: np.ndarray, known: np.ndarray, defined_at: dict[int, int]) -> np.ndarray:
+    """Per record, its string id if the id was known when the record was read (``known``, per
+    record: defined by an earlier packet; or by an earlier record of this packet,
+    ``defined_at``: id -> records before its definition), else minus the id (a lost string)."""
     codes = sids.astype(np.int64)
-    uniq, inv = np.unique(sids, return_inverse=True)
-    k = len(sids)
-    # records before position known_from[u] do not know string u
-    known_from = np.array([0 if int(u) in known else defined_at.get(int(u), k) for u in uniq],
-                          dtype=np.int64)
-    if known_from.any():
-        lost = np.arange(k) < known_from[inv]
-        codes[lost] = -codes[lost]
+    k = len(codes)
+    if known.all():
+        return codes
+    idx = np.flatnonzero(~known)  # records whose id no earlier packet defined
+    known_from = np.full(len(idx), k, dtype=np.int64)  # records before it do not know it
+    if defined_at:
+        ids = np.fromiter(defined_at.keys(), dtype=np.int64, count=len(defined_at))
+        at = np.fromiter(defined_at.values(), dtype=np.int64, count=len(defined_at))
+        order = np.argsort(ids)
+        ids, at = ids[order], at[order]
+        j = np.minimum(np.searchsorted(ids, codes[idx]), len(ids) - 1)
+        hit = ids[j] == codes[idx]
+        known_from[hit] = at[j[hit]]
+    lost = idx[idx < known_from]
+    codes[lost] = -codes[lost]
     return codes
+
+
+class _KnownIds:
+    """Which string ids the reader's dictionary holds, as a boolean mask over the ids below
+    :attr:`LIMIT` (a writer numbers its strings 1, 2, 3, ...); a larger (forged) id is looked up
+    in the dictionary itself. Kept in step as packets define strings; rebuilt whenever the
+    dictionary's size says something else changed it."""
+
+    LIMIT = 1 << 24
+
+    def __init__(self) -> None:
+        self.mask = np.zeros(1024, dtype=bool)
+        self.count = -1  # entries of the dictionary the mask reflects
+
+    def _mark(self, ids: Any) -> None:
+        arr = np.fromiter((i for i in ids if 0 <= i < self.LIMIT), dtype=np.int64)
+        if len(arr) and arr.max() >= len(self.mask):
+            grown = np.zeros(max(2 * len(self.mask), int(arr.max()) + 1), dtype=bool)
+            grown[:len(self.mask)] = self.mask
+            self.mask = grown
+        self.mask[arr] = True
+
+    def added(self, strings: dict[int, str], new: dict[int, str]) -> None:
+        """``new`` was just merged into ``strings``, which :meth:`of` saw before (parse)."""
+        self._mark(new)
+        self.count = len(strings)
+
+    def of(self, sids: np.ndarray, strings: dict[int, str]) -> np.ndarray:
+        """Per record: is its id in ``strings``?"""
+        if self.count != len(strings):  # first use, or changed outside parse: rebuild
+            self.mask[:] = False
+            self._mark(strings)
+            self.count = len(strings)
+        inside = sids < len(self.mask)
+        if inside.all():
+            return self.mask[sids]
+        out = np.zeros(len(sids), dtype=bool)
+        out[inside] = self.mask[sids[inside]]
+        for i in np.flatnonzero(~inside):
+            out[i] = int(sids[i]) in strings
+        return out
 
 
 Walk = tuple[Any, list[tuple[int, int, int]], list[tuple[int, int, int, int]], int, "str | None"]
@@ -175,6 +224,7 @@ class ColumnParser:
         # ids of the dictionary whose text looks like a lost string (a forgery; kept as texts
         # are never redefined): with none, a record's string is lost exactly when its code < 0
         self.lookalikes: set[int] = set()
+        self.known = _KnownIds()
         self.pending: list[_Packet] = []
         self.n_pending = 0
         self.end_row: tuple[int, int] | None = None
@@ -216,9 +266,12 @@ class ColumnParser:
                 raise _Malformed(f"{name} out of range")
         chains, rchains = _hashes(content, spans)
         packet = _Packet(rows, chains, rchains,  # codes against the dictionary before this packet
-                         _codes(rows["request_id"], strings, defined_at),
-                         _codes(rows["requester"], strings, defined_at))
+                         _codes(rows["request_id"], self.known.of(rows["request_id"], strings),
+                                defined_at),
+                         _codes(rows["requester"], self.known.of(rows["requester"], strings),
+                                defined_at))
         strings.update(new_strings)
+        self.known.added(strings, new_strings)
         self.lookalikes.update(sid for sid, text in new_strings.items()
                                if text.startswith(LOST_STRING_PREFIX))
         return packet, end

@@ -135,6 +135,22 @@ def test_strings_resolve_as_each_record_is_read(tmp_path: Path) -> None:
     assert cb.unresolved_strings == 3 and not judge(cb).accepted
 
 
+def test_large_string_ids_resolve_like_small_ones(tmp_path: Path) -> None:
+    """Ids past the known-id mask's first size (5,000) and past its limit (2^31, looked up in
+    the dictionary), used before, at and after their definitions, across packets."""
+    big, huge = 5_000, 2**31
+    p0 = event(0, rid=big) + string(big, b"req-big") + event(1, rid=big, qid=huge)
+    p1 = event(2, rid=huge) + string(huge, b"req-huge") + event(3, rid=huge, qid=big)
+    p2 = event(4, rid=huge, qid=big) + end(5)
+    a, b, ca, cb = both(forged(tmp_path, [packet(0, 0, p0, 2), packet(1, 2, p1, 2),
+                                          packet(2, 4, p2, 2)]))
+    assert a.equals(b) and ca == cb
+    ids = b.column("request_id").to_pylist()
+    assert ids[0] == f"{LOST_STRING_PREFIX}{big}>" and ids[1] == "req-big"
+    assert ids[2] == f"{LOST_STRING_PREFIX}{huge}>" and ids[3:5] == ["req-huge"] * 2
+    assert b.column("requester").to_pylist()[1] == f"{LOST_STRING_PREFIX}{huge}>"
+
+
 def test_negative_control_late_resolution_differs(tmp_path: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """The fault the design guards against: string ids resolved per packet, not per record
