@@ -309,10 +309,10 @@ class ColumnParser:
     def _text(self, codes: np.ndarray) -> pa.Array:
         import pyarrow as pa
 
-        uniq, inv = np.unique(codes, return_inverse=True)
-        texts = [self.strings[int(u)] if u >= 0 else f"{LOST_STRING_PREFIX}{-int(u)}>"
-                 for u in uniq]
-        return pa.array(texts, pa.string()).take(pa.array(inv.astype(np.int32)))
+        enc = pa.array(codes).dictionary_encode()  # hashed: distinct codes, first seen first
+        texts = [self.strings[u] if u >= 0 else f"{LOST_STRING_PREFIX}{-u}>"
+                 for u in enc.dictionary.to_pylist()]
+        return pa.array(texts, pa.string()).take(enc.indices)
 
     def _batch(self, p: _Packet) -> pa.RecordBatch:
         import pyarrow as pa
