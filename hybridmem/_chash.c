@@ -14,6 +14,8 @@
  *         tokens: list or tuple of exact ints; anything this fast path does not take (another
  *         item type, a value out of int64, a field out of range) raises, and hashing.py then
  *         computes the same keys, or the same error, in Python.
+ *     chain_pair(tokens, kind_a, grid_a, chunks_a, kind_b, grid_b, chunks_b, tail)
+ *         -> (keys_a, keys_b): two chains from 0 over the same tokens, read once
  *     blake2b(data, digest_size) -> bytes     (tests: RFC 7693 vectors, hashlib)
  *     _set_fault(mask)                         (tests only: XORs mask into h[0] after every
  *                                               compression, the negative control; 0 = none)
@@ -25,7 +27,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define CHASH_API_VERSION 1 /* hybridmem/hashing.py _CHASH_API: bump both on any change */
+#define CHASH_API_VERSION 2 /* hybridmem/hashing.py _CHASH_API: bump both on any change */
 
 static const uint64_t IV[8] = {
     0x6A09E667F3BCC908ULL, 0xBB67AE8584CAA73BULL, 0x3C6EF372FE94F82BULL, 0xA54FF53A5F1D36F1ULL,
@@ -137,61 +139,82 @@ static PyObject *py_blake2b(PyObject *self, PyObject *args) {
     return PyBytes_FromStringAndSize((const char *)out, outlen);
 }
 
-static PyObject *py_chain(PyObject *self, PyObject *args) {
-    int kind;
-    PyObject *tokens, *parent_obj;
-    Py_ssize_t start, grid, chunks;
-    Py_buffer tail;
-    if (!PyArg_ParseTuple(args, "iOnnny*O", &kind, &tokens, &start, &grid, &chunks, &tail,
-                          &parent_obj))
-        return NULL;
-    PyObject *result = NULL;
-    uint8_t *msg = NULL;
+/* One token as int64: exact ints only (anything else raises, and hashing.py takes the Python
+ * path). On CPython 3.11 with 30-bit digits an int of at most two digits is read directly. */
+static inline int token_value(PyObject *item, int64_t *out) {
+    if (!PyLong_CheckExact(item)) {
+        PyErr_SetString(PyExc_TypeError, "token is not an int");
+        return -1;
+    }
+#if PY_VERSION_HEX < 0x030C0000 && PyLong_SHIFT == 30
+    const digit *d = ((PyLongObject *)item)->ob_digit;
+    switch (Py_SIZE(item)) {
+    case 0: *out = 0; return 0;
+    case 1: *out = (int64_t)d[0]; return 0;
+    case -1: *out = -(int64_t)d[0]; return 0;
+    case 2: *out = (int64_t)d[0] | (int64_t)d[1] << 30; return 0;
+    case -2: *out = -((int64_t)d[0] | (int64_t)d[1] << 30); return 0;
+    default: break;
+    }
+#endif
+    long long v = PyLong_AsLongLong(item);
+    if (v == -1 && PyErr_Occurred()) return -1;
+    *out = (int64_t)v;
+    return 0;
+}
+
+/* The little-endian int64 encoding of tokens[start:start + count] (a list or tuple of ints)
+ * into a new buffer (PyMem_Free it), or NULL with an exception set. */
+static uint8_t *pack_tokens(PyObject *tokens, Py_ssize_t start, Py_ssize_t count) {
     if (!PyList_CheckExact(tokens) && !PyTuple_CheckExact(tokens)) {
         PyErr_SetString(PyExc_TypeError, "tokens must be a list or tuple");
-        goto done;
+        return NULL;
     }
-    if (kind < 0 || kind > 255 || grid < 1 || grid > (Py_ssize_t)UINT32_MAX || chunks < 0 ||
-        start < 0 || grid > (PY_SSIZE_T_MAX - 13 - tail.len) / 8) {
-        PyErr_SetString(PyExc_ValueError, "kind, grid, start or chunks out of range");
-        goto done;
-    }
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(tokens);
-    if (chunks > (n - start) / grid) {
+    if (start < 0 || count < 0 || count > PySequence_Fast_GET_SIZE(tokens) - start ||
+        count > PY_SSIZE_T_MAX / 8 - 1) {
         PyErr_SetString(PyExc_ValueError, "fewer tokens than chunks * grid");
-        goto done;
+        return NULL;
     }
-    unsigned long long parent = PyLong_AsUnsignedLongLong(parent_obj);
-    if (parent == (unsigned long long)-1 && PyErr_Occurred()) goto done;
-    size_t width = 8 * (size_t)grid, len = 13 + width + (size_t)tail.len;
-    msg = PyMem_Malloc(len);
-    result = PyList_New(chunks);
-    if (msg == NULL || result == NULL) {
-        if (msg == NULL) PyErr_NoMemory();
-        Py_CLEAR(result);
-        goto done;
+    uint8_t *raw = PyMem_Malloc(8 * (size_t)count + 1);
+    if (raw == NULL) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    PyObject **items = PySequence_Fast_ITEMS(tokens) + start;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        int64_t v;
+        if (token_value(items[i], &v) < 0) {
+            PyMem_Free(raw);
+            return NULL;
+        }
+        store64(raw + 8 * i, (uint64_t)v);
+    }
+    return raw;
+}
+
+/* The keys of `chunks` grid-token chunks of the packed tokens raw, chained from parent, as a
+ * new list (NULL with an exception set). */
+static PyObject *chain_packed(int kind, const uint8_t *raw, Py_ssize_t grid, Py_ssize_t chunks,
+                              const Py_buffer *tail, unsigned long long parent) {
+    if (kind < 0 || kind > 255 || grid < 1 || grid > (Py_ssize_t)UINT32_MAX || chunks < 0 ||
+        grid > (PY_SSIZE_T_MAX - 13 - tail->len) / 8) {
+        PyErr_SetString(PyExc_ValueError, "kind, grid or chunks out of range");
+        return NULL;
+    }
+    size_t width = 8 * (size_t)grid, len = 13 + width + (size_t)tail->len;
+    uint8_t *msg = PyMem_Malloc(len);
+    if (msg == NULL) return PyErr_NoMemory();
+    PyObject *result = PyList_New(chunks);
+    if (result == NULL) {
+        PyMem_Free(msg);
+        return NULL;
     }
     msg[0] = (uint8_t)kind;
     for (int i = 0; i < 4; i++) msg[9 + i] = (uint8_t)((uint64_t)grid >> (8 * i));
-    memcpy(msg + 13 + width, tail.buf, (size_t)tail.len);
-    PyObject **items = PySequence_Fast_ITEMS(tokens);
+    memcpy(msg + 13 + width, tail->buf, (size_t)tail->len);
     for (Py_ssize_t c = 0; c < chunks; c++) {
-        PyObject **chunk = items + start + c * grid;
-        for (Py_ssize_t j = 0; j < grid; j++) {
-            PyObject *item = chunk[j];
-            if (!PyLong_CheckExact(item)) {
-                PyErr_SetString(PyExc_TypeError, "token is not an int");
-                Py_CLEAR(result);
-                goto done;
-            }
-            long long tok = PyLong_AsLongLong(item);
-            if (tok == -1 && PyErr_Occurred()) {
-                Py_CLEAR(result);
-                goto done;
-            }
-            store64(msg + 13 + 8 * j, (uint64_t)tok);
-        }
         store64(msg + 1, (uint64_t)parent);
+        memcpy(msg + 13, raw + (size_t)c * width, width);
         uint64_t h[8];
         blake2b_words(h, msg, len, 8);
         /* digest bytes = h[0] little-endian; the key reads them big-endian */
@@ -200,14 +223,64 @@ static PyObject *py_chain(PyObject *self, PyObject *args) {
         if (key == 0) key = 1;
         PyObject *k = PyLong_FromUnsignedLongLong(key);
         if (k == NULL) {
-            Py_CLEAR(result);
-            goto done;
+            Py_DECREF(result);
+            PyMem_Free(msg);
+            return NULL;
         }
         PyList_SET_ITEM(result, c, k);
         parent = key;
     }
-done:
     PyMem_Free(msg);
+    return result;
+}
+
+static PyObject *py_chain(PyObject *self, PyObject *args) {
+    int kind;
+    PyObject *tokens, *parent_obj, *result = NULL;
+    Py_ssize_t start, grid, chunks;
+    Py_buffer tail;
+    if (!PyArg_ParseTuple(args, "iOnnny*O", &kind, &tokens, &start, &grid, &chunks, &tail,
+                          &parent_obj))
+        return NULL;
+    unsigned long long parent = PyLong_AsUnsignedLongLong(parent_obj);
+    if (parent == (unsigned long long)-1 && PyErr_Occurred()) goto done;
+    if (grid < 1 || chunks < 0 || chunks > PY_SSIZE_T_MAX / 8 / grid) {
+        PyErr_SetString(PyExc_ValueError, "grid or chunks out of range");
+        goto done;
+    }
+    uint8_t *raw = pack_tokens(tokens, start, grid * chunks);
+    if (raw == NULL) goto done;
+    result = chain_packed(kind, raw, grid, chunks, &tail, parent);
+    PyMem_Free(raw);
+done:
+    PyBuffer_Release(&tail);
+    return result;
+}
+
+/* chain_pair(tokens, kind_a, grid_a, chunks_a, kind_b, grid_b, chunks_b, tail): both chains
+ * from 0 over the same tokens, converted once: (keys_a, keys_b). */
+static PyObject *py_chain_pair(PyObject *self, PyObject *args) {
+    int ka, kb;
+    PyObject *tokens, *a = NULL, *b = NULL, *result = NULL;
+    Py_ssize_t ga, ca, gb, cb;
+    Py_buffer tail;
+    if (!PyArg_ParseTuple(args, "Oinninny*", &tokens, &ka, &ga, &ca, &kb, &gb, &cb, &tail))
+        return NULL;
+    if (ga < 1 || gb < 1 || ca < 0 || cb < 0 || ca > PY_SSIZE_T_MAX / 8 / ga ||
+        cb > PY_SSIZE_T_MAX / 8 / gb) {
+        PyErr_SetString(PyExc_ValueError, "grid or chunks out of range");
+        goto done;
+    }
+    Py_ssize_t used = ga * ca > gb * cb ? ga * ca : gb * cb;
+    uint8_t *raw = pack_tokens(tokens, 0, used);
+    if (raw == NULL) goto done;
+    a = chain_packed(ka, raw, ga, ca, &tail, 0);
+    if (a != NULL) b = chain_packed(kb, raw, gb, cb, &tail, 0);
+    PyMem_Free(raw);
+    if (b != NULL) result = PyTuple_Pack(2, a, b);
+    Py_XDECREF(a);
+    Py_XDECREF(b);
+done:
     PyBuffer_Release(&tail);
     return result;
 }
@@ -222,6 +295,8 @@ static PyObject *py_set_fault(PyObject *self, PyObject *arg) {
 static PyMethodDef methods[] = {
     {"chain", py_chain, METH_VARARGS,
      "chain(kind, tokens, start, grid, chunks, tail, parent) -> list of chained keys"},
+    {"chain_pair", py_chain_pair, METH_VARARGS,
+     "chain_pair(tokens, kind_a, grid_a, chunks_a, kind_b, grid_b, chunks_b, tail) -> (a, b)"},
     {"blake2b", py_blake2b, METH_VARARGS, "blake2b(data, digest_size) -> digest bytes"},
     {"_set_fault", py_set_fault, METH_O, "tests only: XOR a mask into every compression"},
     {NULL, NULL, 0, NULL},

@@ -57,12 +57,13 @@ NO_HASH = 0  # Event.hash of an entry without a key
 _HEAD = struct.Struct("<BQI")  # kind, parent, chunk length
 _BLAKE8 = hashlib.blake2b(digest_size=8)  # copied per chunk: cheaper than the constructor
 _ATTENTION, _RECURRENT = int(StateKind.ATTENTION), int(StateKind.RECURRENT)
-_CHASH_API = 1  # hybridmem/_chash.c CHASH_API_VERSION: bump both on any interface change
+_CHASH_API = 2  # hybridmem/_chash.c CHASH_API_VERSION: bump both on any interface change
 
 
 def load_compiled(name: str = "hybridmem._chash") -> tuple[Any, str | None]:
-    """``(chain, None)``: the compiled chain function, or ``(None, why not)``: not built, a stale
-    build (another API version), or ``HYBRIDMEM_HASH_PURE`` set (any value but "" and "0")."""
+    """``(module, None)``: the compiled chains (``chain``, ``chain_pair``), or ``(None, why
+    not)``: not built, a stale build (another API version), or ``HYBRIDMEM_HASH_PURE`` set
+    (any value but "" and "0")."""
     if os.environ.get(ENV_HASH_PURE, "") not in ("", "0"):
         return None, f"{ENV_HASH_PURE} is set"
     try:
@@ -73,11 +74,14 @@ def load_compiled(name: str = "hybridmem._chash") -> tuple[Any, str | None]:
     if found != _CHASH_API:
         return None, (f"{name} is a stale build (API {found}, expected {_CHASH_API}): rebuild it "
                       "with pip install -e .")
-    return mod.chain, None
+    return mod, None
 
 
-_compiled, UNAVAILABLE = load_compiled()
-IMPLEMENTATION = "python" if _compiled is None else "c"
+_chash, UNAVAILABLE = load_compiled()
+IMPLEMENTATION = "python" if _chash is None else "c"
+# _compiled None: the Python path only, for single chains and pairs (tests set it so too)
+_compiled: Any = None if _chash is None else _chash.chain
+_compiled_pair: Any = None if _chash is None else _chash.chain_pair
 
 
 @lru_cache(maxsize=256)
@@ -152,12 +156,10 @@ def hash_chain_pair(token_ids: Sequence[int], attention_grid: int, recurrent_gri
     recurrent_grid, extra))``, the same keys, with the token ids packed once for both."""
     if attention_grid > 0 and recurrent_grid > 0 and _compiled is not None:
         try:
-            tail = _encode_extra(tuple(extra))
             n = len(token_ids)
-            return (_compiled(_ATTENTION, token_ids, 0, attention_grid, n // attention_grid,
-                              tail, NO_HASH),
-                    _compiled(_RECURRENT, token_ids, 0, recurrent_grid, n // recurrent_grid,
-                              tail, NO_HASH))
+            return _compiled_pair(
+                token_ids, _ATTENTION, attention_grid, n // attention_grid, _RECURRENT,
+                recurrent_grid, n // recurrent_grid, _encode_extra(tuple(extra)))
         except Exception:  # not for the compiled path: the Python paths below decide
             pass
     if attention_grid > 0 and recurrent_grid > 0:

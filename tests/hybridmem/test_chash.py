@@ -129,20 +129,23 @@ def test_compiled_refuses_out_of_range_fields():
                       ((1, array("q", [1]), 0, 1, 1, tail, 0), TypeError)]:
         with pytest.raises(err):
             chash.chain(*args)
+    for tokens, err in [([1.0, 2], TypeError), ([1, 2**63], OverflowError), ([1], ValueError)]:
+        with pytest.raises(err):
+            chash.chain_pair(tokens, 1, 1, 2, 2, 2, 1, tail)
 
 
 def test_load_compiled_reasons(monkeypatch):
     monkeypatch.setenv(ENV_HASH_PURE, "1")
     assert hashing.load_compiled() == (None, f"{ENV_HASH_PURE} is set")
     monkeypatch.setenv(ENV_HASH_PURE, "0")
-    assert hashing.load_compiled()[0] is chash.chain
+    assert hashing.load_compiled()[0] is chash
     fn, why = hashing.load_compiled("hybridmem._no_such_extension")
     assert fn is None and "not importable" in why
     stale = types.ModuleType("hybridmem._stale_chash")
     stale.API_VERSION = 0  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "hybridmem._stale_chash", stale)
     fn, why = hashing.load_compiled("hybridmem._stale_chash")
-    assert fn is None and "stale build (API 0, expected 1)" in why
+    assert fn is None and "stale build (API 0, expected 2)" in why
 
 
 @pytest.mark.parametrize("how", ["env", "missing"])
