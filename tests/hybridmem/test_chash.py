@@ -54,8 +54,14 @@ def test_blake2b_rfc7693_vector_and_hashlib():
         chash.blake2b(b"", 65)
 
 
+EDGES = [0, 1, -1, 2**30 - 1, 2**30, -(2**30), 2**60 - 1, 2**60, -(2**60) + 1, -(2**60),
+         2**63 - 1, -(2**63), 255, 256, -5, -6]  # one, two and three 30-bit digits, both signs
+
+
 def _cases(rng):
     extras = [(), extra_keys("alice"), ("cache_salt", "ü"), (7, b"\x00raw", -3), ("x" * 300,)]
+    yield A, EDGES * 8, 2, (), 0, 0
+    yield R, EDGES * 8, 16, (), 0, 16
     for grid in [1, 2, 3, 16, 17, 48, 64, 512, 1000, 1024, *rng.sample(range(1, 1025), 8)]:
         for _ in range(12):
             start = rng.randrange(0, 4) * grid
