@@ -36,6 +36,13 @@ def _reference_chain(kind, tokens, grid, extra=(), parent=0, start=0):
 
 
 @pytest.fixture
+def compiled_path(monkeypatch):
+    """hashing on the compiled path, whatever HYBRIDMEM_HASH_PURE said at import."""
+    monkeypatch.setattr(hashing, "_compiled", chash.chain)
+    monkeypatch.setattr(hashing, "_compiled_pair", chash.chain_pair)
+
+
+@pytest.fixture
 def python_path(monkeypatch):
     """hashing with the compiled path switched off, as when the extension is missing."""
     monkeypatch.setattr(hashing, "_compiled", None)
@@ -73,8 +80,7 @@ def _cases(rng):
             yield rng.choice([A, R]), tokens, grid, rng.choice(extras), parent, start
 
 
-def test_compiled_chain_equals_python_and_per_chunk_encoding(monkeypatch):
-    assert hashing._compiled is not None, hashing.UNAVAILABLE
+def test_compiled_chain_equals_python_and_per_chunk_encoding(compiled_path, monkeypatch):
     cases = list(_cases(random.Random(20261201)))
     compiled = [hash_chain(*c) for c in cases]
     assert sum(map(len, compiled)) > 250 and any(not k for k in compiled)  # not vacuous
@@ -84,7 +90,7 @@ def test_compiled_chain_equals_python_and_per_chunk_encoding(monkeypatch):
     assert [_reference_chain(*c) for c in cases] == compiled
 
 
-def test_compiled_pair_equals_python_pair(monkeypatch):
+def test_compiled_pair_equals_python_pair(compiled_path, monkeypatch):
     rng = random.Random(5)
     cases = [([rng.randrange(0, 2**40) for _ in range(rng.randrange(0, 5000))],
               rng.choice([16, 512, 64]), rng.choice([512, 1792, 16]),
@@ -115,7 +121,8 @@ def test_negative_control_one_bit_fault_in_compression_changes_every_key(python_
 @pytest.mark.parametrize("tokens", [
     array("q", range(100)), [True, False] * 50, [A, R] * 8, range(40),  # not list/tuple of int
 ])
-def test_inputs_the_compiled_path_refuses_get_the_python_keys(tokens, monkeypatch):
+def test_inputs_the_compiled_path_refuses_get_the_python_keys(tokens, compiled_path,
+                                                               monkeypatch):
     got = hash_chain(A, tokens, 4, ("k",), parent=3)
     pair = hash_chain_pair(tokens, 4, 8)
     monkeypatch.setattr(hashing, "_compiled", None)
@@ -141,6 +148,8 @@ def test_compiled_refuses_out_of_range_fields():
 
 
 def test_load_compiled_reasons(monkeypatch):
+    if os.environ.get(ENV_HASH_PURE, "") in ("", "0"):  # the suite as it runs: compiled
+        assert hashing.IMPLEMENTATION == "c" and hashing.UNAVAILABLE is None
     monkeypatch.setenv(ENV_HASH_PURE, "1")
     assert hashing.load_compiled() == (None, f"{ENV_HASH_PURE} is set")
     monkeypatch.setenv(ENV_HASH_PURE, "0")
