@@ -39,7 +39,8 @@ takes the compiled chain when ``hybridmem._chash`` is built)::
 
     python    (default) hybridmem's Python path: one hashlib blake2b per block
               (hashing._fast_chain); about what vLLM 0.32's own default hasher costs at 512
-              tokens, a third of it at 16 (benchmarks/RESULTS.md, allocators session 5)
+              tokens (23.1 against 22.7 ms per mix), less at 16 (91 against 127 ms;
+              benchmarks/RESULTS.md, allocators session 5)
     vllm      vLLM's own vllm.v1.core.kv_cache_utils.hash_block_tokens with its default
               sha256 (pickle + SHA-256 per block)
     compiled  hybridmem.hashing.hash_chain, compiled when built: the same key cost as the
