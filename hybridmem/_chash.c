@@ -201,6 +201,7 @@ static PyObject *chain_packed(int kind, const uint8_t *raw, Py_ssize_t grid, Py_
         PyErr_SetString(PyExc_ValueError, "kind, grid or chunks out of range");
         return NULL;
     }
+    if (chunks == 0) return PyList_New(0); /* no message buffer for a grid longer than tokens */
     size_t width = 8 * (size_t)grid, len = 13 + width + (size_t)tail->len;
     uint8_t *msg = PyMem_Malloc(len);
     if (msg == NULL) return PyErr_NoMemory();

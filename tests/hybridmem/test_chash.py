@@ -102,6 +102,12 @@ def test_compiled_pair_equals_python_pair(compiled_path, monkeypatch):
                         for t, ga, gr, e in cases]
 
 
+def test_a_grid_longer_than_the_tokens_hashes_nothing(compiled_path):
+    tail = hashing._encode_extra(())
+    assert chash.chain_pair(list(range(40)), 1, 16, 2, 2, 2**32 - 1, 0, tail)[1] == []
+    assert hash_chain_pair(list(range(40)), 16, 2**32 - 1)[1] == []
+
+
 def test_negative_control_one_bit_fault_in_compression_changes_every_key(python_path):
     tokens = list(range(1, 4097))
     want = hash_chain(A, tokens, 16, extra_keys("s"))  # Python path (fixture)
