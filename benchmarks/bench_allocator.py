@@ -6,6 +6,7 @@
     ... --clock cpu        (time each run by this thread's CPU time instead of wall time)
     ... --hash-floor       (instead: what the hash chains alone cost each row, and the ratio
                             each organization would reach if nothing else cost anything)
+    ... --vllm-keys python|compiled|vllm   (how the vLLM rows compute their block keys)
 
 Invariant checks are the organizations' ``assert`` statements (reference-count, ownership and
 free-page checks inside every transition); ``python -O`` strips them ("checks off", the
@@ -31,6 +32,19 @@ page count) and again with 16-token blocks (D0's attention grid and vLLM's defau
 pool of D0's attention unit count): 32 times more blocks, hashes and publications per request,
 as D0 has. ``vs vLLM`` compares with the 512-token row, ``vs vLLM@grid`` with the row at the
 organization's own attention grid. Without vLLM those rows say so and nothing is estimated.
+
+The vLLM rows compute their block keys in Python per block, as vLLM does (its request block
+hasher); ``--vllm-keys`` says how (the organizations always use :mod:`hybridmem.hashing`, which
+takes the compiled chain when ``hybridmem._chash`` is built)::
+
+    python    (default) hybridmem's Python path: one hashlib blake2b per block
+              (hashing._fast_chain); about what vLLM 0.32's own default hasher costs at 512
+              tokens (23.1 against 22.7 ms per mix), less at 16 (91 against 127 ms;
+              benchmarks/RESULTS.md, allocators session 5)
+    vllm      vLLM's own vllm.v1.core.kv_cache_utils.hash_block_tokens with its default
+              sha256 (pickle + SHA-256 per block)
+    compiled  hybridmem.hashing.hash_chain, compiled when built: the same key cost as the
+              organizations, so the ratio compares bookkeeping alone
 """
 
 from __future__ import annotations
@@ -44,6 +58,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+from hybridmem import hashing
 from hybridmem.budget import parse_budget, plan_budget
 from hybridmem.events import EventKind, NullObserver, Observer, RecordingObserver
 from hybridmem.geometry import load_geometry
@@ -52,6 +67,7 @@ from hybridmem.units import Units, derive_units
 
 CHUNK = 512
 MAX_RUNNING = 8
+ORG_KEYS = getattr(hashing, "IMPLEMENTATION", "python")  # an older checkout: Python keys only
 
 
 def workload(n: int, seed: int = 0) -> list[list[int]]:
@@ -123,8 +139,49 @@ def run_mix(name: str, units: Units, budget: str, prompts: list[list[int]],
     return ops
 
 
-def vllm_mix(prompts: list[list[int]], num_blocks: int,
-             block_tokens: int = CHUNK) -> Callable[[], int] | str:
+VLLM_KEYS = ("python", "compiled", "vllm")
+
+
+def vllm_keys(how: str, block_tokens: int) -> Callable[[list[int]], list[bytes]]:
+    """The vLLM rows' block keys of one prompt (``--vllm-keys``, see the module docstring)."""
+    from hybridmem import hashing
+    from hybridmem.events import StateKind
+
+    kind = StateKind.ATTENTION
+    if how == "python":
+        chain = hashing._fast_chain
+
+        def keys(prompt: list[int]) -> list[bytes]:
+            chunks = len(prompt) // block_tokens
+            if chunks <= 0:
+                return []
+            return [k.to_bytes(8, "big") for k in
+                    chain(int(kind), prompt, block_tokens, (), 0, 0, chunks)]
+    elif how == "compiled":
+        def keys(prompt: list[int]) -> list[bytes]:
+            return [k.to_bytes(8, "big") for k in
+                    hashing.hash_chain(kind, prompt, block_tokens)]
+    elif how == "vllm":
+        from vllm.utils.hashing import sha256
+        from vllm.v1.core import kv_cache_utils as kvu
+
+        kvu.init_none_hash(sha256)
+        hash_block = kvu.hash_block_tokens
+
+        def keys(prompt: list[int]) -> list[bytes]:
+            out: list[bytes] = []
+            parent = None
+            for lo in range(0, len(prompt) - block_tokens + 1, block_tokens):
+                parent = hash_block(sha256, parent, prompt[lo:lo + block_tokens], None)
+                out.append(parent)
+            return out
+    else:
+        raise ValueError(f"--vllm-keys {how!r}: choose from {', '.join(VLLM_KEYS)}")
+    return keys
+
+
+def vllm_mix(prompts: list[list[int]], num_blocks: int, block_tokens: int = CHUNK,
+             keys_of: str = "python") -> Callable[[], int] | str:
     """The same mix on vLLM's BlockPool with ``block_tokens``-token blocks: a callable that runs
     it once and returns its operation count, or a string that says why it cannot run."""
     try:
@@ -133,9 +190,7 @@ def vllm_mix(prompts: list[list[int]], num_blocks: int,
         return f"not run: vLLM is not importable here ({exc.name})"
     import inspect
 
-    from hybridmem.events import StateKind
-    from hybridmem.hashing import hash_chain
-
+    block_keys = vllm_keys(keys_of, block_tokens)
     params = inspect.signature(vbp.BlockPool).parameters
     kwargs: dict[str, Any] = {"num_gpu_blocks": num_blocks, "enable_caching": True}
     if "hash_block_size" in params:
@@ -149,8 +204,7 @@ def vllm_mix(prompts: list[list[int]], num_blocks: int,
         ops = 0
         published.clear()
         for prompt in prompts:  # sequential: lookup, adopt (touch), allocate, publish, free
-            keys = [k.to_bytes(8, "big") for k in
-                    hash_chain(StateKind.ATTENTION, prompt, block_tokens)]
+            keys = block_keys(prompt)
             hit = []
             for key in keys:
                 entry = published.get(key)
@@ -206,16 +260,15 @@ def profile(name: str, model: str, budget: str, requests: int) -> int:
 
 
 def hash_floor(names: list[str], units: Units, budget: str, prompts: list[list[int]],
-               repeat: int, grids: dict[str, int]) -> int:
+               repeat: int, grids: dict[str, int], keys_of: str = "python") -> int:
     """What the keys alone cost each row: this thread's CPU seconds (fastest of ``repeat``) of
     the hash chains of every prompt, as ``add_request`` computes them (the organization's two
     chains, :func:`hybridmem.hashing.hash_chain_pair`) and as the vLLM rows do (one attention
-    chain at the block size). ``ceiling`` is the ratio to the vLLM row if everything but the
-    keys cost nothing on both sides: (organization ops / its hashing) / (vLLM ops / vLLM
-    hashing); against the measured vLLM row (whose block-pool calls do cost) the bound is
-    higher by that row's seconds over its hashing seconds."""
-    from hybridmem.events import StateKind
-    from hybridmem.hashing import hash_chain, hash_chain_pair
+    chain at the block size, keys as ``--vllm-keys`` says). ``ceiling`` is the ratio to the vLLM
+    row if everything but the keys cost nothing on both sides: (organization ops / its
+    hashing) / (vLLM ops / vLLM hashing); against the measured vLLM row (whose block-pool
+    calls do cost) the bound is higher by that row's seconds over its hashing seconds."""
+    from hybridmem.hashing import hash_chain_pair
 
     def best(fn: Callable[[], object]) -> float:
         times = []
@@ -228,9 +281,10 @@ def hash_floor(names: list[str], units: Units, budget: str, prompts: list[list[i
     vllm_ops = 5 * len(prompts)  # the vLLM mix: 5 operations per prompt, all admitted
     vllm: dict[int, float] = {}
     for tokens in sorted(set(grids.values()), reverse=True):
-        vllm[tokens] = best(lambda tokens=tokens: [
-            hash_chain(StateKind.ATTENTION, p, tokens) for p in prompts])
-        print(f"vLLM@{tokens:<5} one chain of {tokens}-token chunks: {vllm[tokens]:.4f} s")
+        keys = vllm_keys(keys_of, tokens)
+        vllm[tokens] = best(lambda keys=keys: [keys(p) for p in prompts])
+        print(f"vLLM@{tokens:<5} one chain of {tokens}-token chunks: {vllm[tokens]:.4f} s "
+              f"(--vllm-keys {keys_of}; organizations: {ORG_KEYS})")
     for name in names:
         org = make_organization(name, units, plan_budget(units, parse_budget(budget, units)))
         ga, gr = org.attention_grid, org.recurrent_grid
@@ -259,6 +313,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hash-floor", action="store_true",
                     help="instead: CPU seconds of the hash chains alone per row, and the ratio "
                          "each organization would reach if nothing else cost anything")
+    ap.add_argument("--vllm-keys", choices=VLLM_KEYS, default="python",
+                    help="how the vLLM rows compute block keys: python (default: hashlib "
+                         "blake2b per block), compiled (hybridmem's chain, as the "
+                         "organizations), vllm (vLLM's own sha256 block hasher)")
     args = ap.parse_args(argv)
     if args.profile is not None:
         return profile(args.profile, args.model, args.budget, args.requests)
@@ -272,13 +330,14 @@ def main(argv: list[str] | None = None) -> int:
     prompts = workload(args.requests)
     grids = {n: (units.d0_attn_tokens if n == "D0" else CHUNK) for n in names}
     if args.hash_floor:
-        return hash_floor(names, units, args.budget, prompts, args.repeat, grids)
+        return hash_floor(names, units, args.budget, prompts, args.repeat, grids, args.vllm_keys)
     plan = plan_budget(units, parse_budget(args.budget, units))
     clock = time.perf_counter if args.clock == "wall" else time.thread_time
     print(f"model {args.model}, budget {args.budget}, {args.requests} requests, "
           f"{sum(map(len, prompts))} prompt tokens, {args.repeat} interleaved rounds, invariant "
           f"checks {'ON (asserts active)' if __debug__ else 'OFF (python -O)'}, clock "
-          f"{args.clock}", file=sys.stderr)
+          f"{args.clock}, keys: organizations {ORG_KEYS}, "
+          f"vLLM rows {args.vllm_keys}", file=sys.stderr)
     mixes: dict[str, tuple[int, int, int, int]] = {}
     for name in names:
         rec = RecordingObserver()
@@ -292,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
     vllm_rows: dict[int, str] = {}
     for tokens in sorted(set(grids.values()), reverse=True):
         blocks = plan.s2.pages if tokens == CHUNK else plan.d0.attention_units
-        got = vllm_mix(prompts, blocks, tokens)
+        got = vllm_mix(prompts, blocks, tokens, args.vllm_keys)
         label = f"vLLM@{tokens}"
         if isinstance(got, str):
             vllm_rows[tokens] = got

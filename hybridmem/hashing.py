@@ -21,20 +21,34 @@ digest of 0 is mapped to 1. The bytes hashed per chunk::
     <nq   the chunk's token ids          8 n bytes
     extra encoding (_encode_extra)       4 + per item: tag, <I length, raw
 
-:func:`hash_chain` hashes exactly these bytes (traces carry the keys, so they must never change)
-but packs all tokens of the chain in one call and hashes each chunk with one ``update`` on a
-copy of a preset blake2b object; ``tests/hybridmem/test_hashing.py`` compares it byte for byte
-with the straightforward per-chunk encoding.
+:func:`hash_chain` hashes exactly these bytes (traces carry the keys, so they must never change),
+on one of two paths that give the same keys::
+
+    compiled  hybridmem._chash.chain (hybridmem/_chash.c: BLAKE2b from RFC 7693): the whole chain
+              in one call, tokens read straight from a list or tuple of ints
+    Python    all tokens packed in one call, one ``update`` per chunk on a copy of a preset
+              hashlib blake2b object (:func:`_chain_over`; the reference)
+
+The compiled path is used when ``pip install -e .`` built the extension (optional: a failed
+compile installs without it) and ``HYBRIDMEM_HASH_PURE`` is unset, empty or ``0`` at import;
+:data:`IMPLEMENTATION` says which (``UNAVAILABLE`` why not). Any input the compiled path does not
+take (another sequence or item type, a value out of range) goes to the Python path, which returns
+the keys or raises its error. ``tests/hybridmem/test_hashing.py`` and ``test_chash.py`` compare
+both paths byte for byte with the straightforward per-chunk encoding.
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib
+import os
 import struct
 from collections.abc import Callable, Sequence
 from functools import lru_cache
+from typing import Any
 
 from hybridmem.events import StateKind
+from hybridmem.names import ENV_HASH_PURE
 
 ExtraKey = str | int | bytes
 
@@ -42,6 +56,32 @@ NO_HASH = 0  # Event.hash of an entry without a key
 
 _HEAD = struct.Struct("<BQI")  # kind, parent, chunk length
 _BLAKE8 = hashlib.blake2b(digest_size=8)  # copied per chunk: cheaper than the constructor
+_ATTENTION, _RECURRENT = int(StateKind.ATTENTION), int(StateKind.RECURRENT)
+_CHASH_API = 2  # hybridmem/_chash.c CHASH_API_VERSION: bump both on any interface change
+
+
+def load_compiled(name: str = "hybridmem._chash") -> tuple[Any, str | None]:
+    """``(module, None)``: the compiled chains (``chain``, ``chain_pair``), or ``(None, why
+    not)``: not built, a stale build (another API version), or ``HYBRIDMEM_HASH_PURE`` set
+    (any value but "" and "0")."""
+    if os.environ.get(ENV_HASH_PURE, "") not in ("", "0"):
+        return None, f"{ENV_HASH_PURE} is set"
+    try:
+        mod = importlib.import_module(name)
+    except ImportError as exc:  # not built (no compiler at install time), or another ABI
+        return None, f"{name} not importable ({exc})"
+    found = getattr(mod, "API_VERSION", None)
+    if found != _CHASH_API:
+        return None, (f"{name} is a stale build (API {found}, expected {_CHASH_API}): rebuild it "
+                      "with pip install -e .")
+    return mod, None
+
+
+_chash, UNAVAILABLE = load_compiled()
+IMPLEMENTATION = "python" if _chash is None else "c"
+# _compiled None: the Python path only, for single chains and pairs (tests set it so too)
+_compiled: Any = None if _chash is None else _chash.chain
+_compiled_pair: Any = None if _chash is None else _chash.chain_pair
 
 
 @lru_cache(maxsize=256)
@@ -96,6 +136,12 @@ def hash_chain(kind: StateKind, token_ids: Sequence[int], grid: int,
     chunks = (len(token_ids) - start) // grid
     if chunks <= 0:
         return []
+    if _compiled is not None:
+        try:
+            return _compiled(int(kind), token_ids, start, grid, chunks,
+                             _encode_extra(tuple(extra)), parent)
+        except Exception:  # not for the compiled path: the Python path returns or raises
+            pass
     try:
         return _fast_chain(int(kind), token_ids, grid, extra, parent, start, chunks)
     except Exception:  # bad input: raise exactly what the per-chunk encoding raises
@@ -108,6 +154,14 @@ def hash_chain_pair(token_ids: Sequence[int], attention_grid: int, recurrent_gri
                     extra: Sequence[ExtraKey] = ()) -> tuple[list[int], list[int]]:
     """``(hash_chain(ATTENTION, t, attention_grid, extra), hash_chain(RECURRENT, t,
     recurrent_grid, extra))``, the same keys, with the token ids packed once for both."""
+    if attention_grid > 0 and recurrent_grid > 0 and _compiled is not None:
+        try:
+            n = len(token_ids)
+            return _compiled_pair(
+                token_ids, _ATTENTION, attention_grid, n // attention_grid, _RECURRENT,
+                recurrent_grid, n // recurrent_grid, _encode_extra(tuple(extra)))
+        except Exception:  # not for the compiled path: the Python paths below decide
+            pass
     if attention_grid > 0 and recurrent_grid > 0:
         try:
             n = len(token_ids)

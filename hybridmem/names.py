@@ -8,6 +8,8 @@ Environment variables::
     HYBRIDMEM_CPU_PREFIX_FIX   "0" disables the plugin's CPU prefix-caching fix
     HYBRIDMEM_TRACEBACK        "1": the CLI prints the traceback of an unexpected error
     HYBRIDMEM_SLOW             "1": run the tests marked slow
+    HYBRIDMEM_HASH_PURE        "1" (read at import): cache keys on the Python path, not the
+                               compiled hybridmem._chash (the same keys)
 
 Trace metadata (the file header's JSON; Parquet schema metadata under ``TABLE_META_KEY``)::
 
@@ -22,6 +24,7 @@ ENV_TRACE_META = "HYBRIDMEM_TRACE_META"
 ENV_CPU_PREFIX_FIX = "HYBRIDMEM_CPU_PREFIX_FIX"
 ENV_TRACEBACK = "HYBRIDMEM_TRACEBACK"
 ENV_SLOW = "HYBRIDMEM_SLOW"
+ENV_HASH_PURE = "HYBRIDMEM_HASH_PURE"
 
 TABLE_META_KEY = b"hybridmem.meta"  # Arrow/Parquet schema metadata key of the run metadata
 META_ORGANIZATION = "organization"

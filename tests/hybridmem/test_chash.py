@@ -1,0 +1,184 @@
+"""The compiled key chains (hybridmem/_chash.c) give the Python path's keys byte for byte, and the
+Python path still runs without them (not built, stale build, HYBRIDMEM_HASH_PURE)."""
+
+import hashlib
+import os
+import random
+import subprocess
+import sys
+import types
+from array import array
+from pathlib import Path
+
+import pytest
+
+from hybridmem import hashing
+from hybridmem.events import StateKind
+from hybridmem.hashing import extra_keys, hash_chain, hash_chain_pair
+from hybridmem.names import ENV_HASH_PURE
+
+A, R = StateKind.ATTENTION, StateKind.RECURRENT
+ROOT = Path(__file__).resolve().parents[2]
+
+chash = pytest.importorskip("hybridmem._chash", reason="extension not built (optional)")
+
+# RFC 7693 Appendix A: BLAKE2b-512 of the three bytes "abc"
+RFC_ABC_512 = ("ba80a53f981c4d0d6a2797b69f12f6e94c212f14685ac4b74b12bb6fdbffa2d1"
+               "7d87c5392aab792dc252d5de4533cc9518d38aa8dbf1925ab92386edd4009923")
+
+
+def _reference_chain(kind, tokens, grid, extra=(), parent=0, start=0):
+    """The per-chunk encoding of hashing.chunk_hash, with hashlib (SPEC §5)."""
+    keys = []
+    for lo in range(start, len(tokens) - grid + 1, grid):
+        keys.append(parent := hashing.chunk_hash(kind, parent, tokens[lo:lo + grid], extra))
+    return keys
+
+
+@pytest.fixture
+def compiled_path(monkeypatch):
+    """hashing on the compiled path, whatever HYBRIDMEM_HASH_PURE said at import."""
+    monkeypatch.setattr(hashing, "_compiled", chash.chain)
+    monkeypatch.setattr(hashing, "_compiled_pair", chash.chain_pair)
+
+
+@pytest.fixture
+def python_path(monkeypatch):
+    """hashing with the compiled path switched off, as when the extension is missing."""
+    monkeypatch.setattr(hashing, "_compiled", None)
+
+
+def test_blake2b_rfc7693_vector_and_hashlib():
+    assert chash.blake2b(b"abc", 64).hex() == RFC_ABC_512
+    rng = random.Random(7693)
+    # every length around the 128-byte block boundaries, empty included, and longer messages
+    lengths = list(range(0, 300)) + [383, 384, 385, 1023, 1024, 4109, 4113, 65_536]
+    for n in lengths:
+        data = rng.randbytes(n)
+        for size in (8, 64, 1, 33):
+            assert chash.blake2b(data, size) == hashlib.blake2b(data, digest_size=size).digest()
+    with pytest.raises(ValueError, match="digest_size must be 1..64, got 65"):
+        chash.blake2b(b"", 65)
+
+
+EDGES = [0, 1, -1, 2**30 - 1, 2**30, -(2**30), 2**60 - 1, 2**60, -(2**60) + 1, -(2**60),
+         2**63 - 1, -(2**63), 255, 256, -5, -6]  # one, two and three 30-bit digits, both signs
+
+
+def _cases(rng):
+    extras = [(), extra_keys("alice"), ("cache_salt", "ü"), (7, b"\x00raw", -3), ("x" * 300,)]
+    yield A, EDGES * 8, 2, (), 0, 0
+    yield R, EDGES * 8, 16, (), 0, 16
+    for grid in [1, 2, 3, 16, 17, 48, 64, 512, 1000, 1024, *rng.sample(range(1, 1025), 8)]:
+        for _ in range(12):
+            start = rng.randrange(0, 4) * grid
+            n = rng.choice([0, 1, grid - 1, start + grid, start + rng.randrange(0, 8 * grid + 2),
+                            start + rng.randrange(0, 8 * grid + 2)])
+            tokens = [rng.randrange(-2**63, 2**63) if rng.random() < 0.3
+                      else rng.randrange(0, 50_000) for _ in range(n)]
+            parent = rng.choice([0, 1, 2**64 - 1, rng.randrange(2**64)])
+            yield rng.choice([A, R]), tokens, grid, rng.choice(extras), parent, start
+
+
+def test_compiled_chain_equals_python_and_per_chunk_encoding(compiled_path, monkeypatch):
+    cases = list(_cases(random.Random(20261201)))
+    compiled = [hash_chain(*c) for c in cases]
+    assert sum(map(len, compiled)) > 250 and any(not k for k in compiled)  # not vacuous
+    assert [hash_chain(k, tuple(t), g, e, p, s) for k, t, g, e, p, s in cases] == compiled
+    monkeypatch.setattr(hashing, "_compiled", None)
+    assert [hash_chain(*c) for c in cases] == compiled
+    assert [_reference_chain(*c) for c in cases] == compiled
+
+
+def test_compiled_pair_equals_python_pair(compiled_path, monkeypatch):
+    rng = random.Random(5)
+    cases = [([rng.randrange(0, 2**40) for _ in range(rng.randrange(0, 5000))],
+              rng.choice([16, 512, 64]), rng.choice([512, 1792, 16]),
+              rng.choice([(), extra_keys("bob")])) for _ in range(40)]
+    compiled = [hash_chain_pair(*c) for c in cases]
+    monkeypatch.setattr(hashing, "_compiled", None)
+    assert [hash_chain_pair(*c) for c in cases] == compiled
+    assert compiled == [(_reference_chain(A, t, ga, e), _reference_chain(R, t, gr, e))
+                        for t, ga, gr, e in cases]
+
+
+def test_a_grid_longer_than_the_tokens_hashes_nothing(compiled_path):
+    tail = hashing._encode_extra(())
+    assert chash.chain_pair(list(range(40)), 1, 16, 2, 2, 2**32 - 1, 0, tail)[1] == []
+    assert hash_chain_pair(list(range(40)), 16, 2**32 - 1)[1] == []
+
+
+def test_negative_control_one_bit_fault_in_compression_changes_every_key(python_path):
+    tokens = list(range(1, 4097))
+    want = hash_chain(A, tokens, 16, extra_keys("s"))  # Python path (fixture)
+    chain = chash.chain
+    tail = hashing._encode_extra(tuple(extra_keys("s")))
+    assert chain(int(A), tokens, 0, 16, 256, tail, 0) == want
+    chash._set_fault(1 << 17)  # one bit of h[0], after every compression
+    try:
+        faulty = chain(int(A), tokens, 0, 16, 256, tail, 0)
+        assert chash.blake2b(b"abc", 64).hex() != RFC_ABC_512
+    finally:
+        chash._set_fault(0)
+    assert len(faulty) == 256 and all(f != w for f, w in zip(faulty, want, strict=True))
+    assert chain(int(A), tokens, 0, 16, 256, tail, 0) == want  # fault removed
+
+
+@pytest.mark.parametrize("tokens", [
+    array("q", range(100)), [True, False] * 50, [A, R] * 8, range(40),  # not list/tuple of int
+])
+def test_inputs_the_compiled_path_refuses_get_the_python_keys(tokens, compiled_path,
+                                                               monkeypatch):
+    got = hash_chain(A, tokens, 4, ("k",), parent=3)
+    pair = hash_chain_pair(tokens, 4, 8)
+    monkeypatch.setattr(hashing, "_compiled", None)
+    assert got == hash_chain(A, tokens, 4, ("k",), parent=3) == _reference_chain(
+        A, list(tokens), 4, ("k",), 3)
+    assert pair == hash_chain_pair(tokens, 4, 8)
+
+
+def test_compiled_refuses_out_of_range_fields():
+    tail = hashing._encode_extra(())
+    for args, err in [((256, [1], 0, 1, 1, tail, 0), ValueError),
+                      ((1, [1], 0, 1, 2, tail, 0), ValueError),      # fewer tokens than chunks
+                      ((1, [1], 0, 1, 1, tail, 2**64), OverflowError),
+                      ((1, [1], 0, 1, 1, tail, -1), OverflowError),
+                      ((1, [2**63], 0, 1, 1, tail, 0), OverflowError),
+                      ((1, [1.0], 0, 1, 1, tail, 0), TypeError),
+                      ((1, array("q", [1]), 0, 1, 1, tail, 0), TypeError)]:
+        with pytest.raises(err):
+            chash.chain(*args)
+    for tokens, err in [([1.0, 2], TypeError), ([1, 2**63], OverflowError), ([1], ValueError)]:
+        with pytest.raises(err):
+            chash.chain_pair(tokens, 1, 1, 2, 2, 2, 1, tail)
+
+
+def test_load_compiled_reasons(monkeypatch):
+    if os.environ.get(ENV_HASH_PURE, "") in ("", "0"):  # the suite as it runs: compiled
+        assert hashing.IMPLEMENTATION == "c" and hashing.UNAVAILABLE is None
+    monkeypatch.setenv(ENV_HASH_PURE, "1")
+    assert hashing.load_compiled() == (None, f"{ENV_HASH_PURE} is set")
+    monkeypatch.setenv(ENV_HASH_PURE, "0")
+    assert hashing.load_compiled()[0] is chash
+    fn, why = hashing.load_compiled("hybridmem._no_such_extension")
+    assert fn is None and "not importable" in why
+    stale = types.ModuleType("hybridmem._stale_chash")
+    stale.API_VERSION = 0  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "hybridmem._stale_chash", stale)
+    fn, why = hashing.load_compiled("hybridmem._stale_chash")
+    assert fn is None and "stale build (API 0, expected 2)" in why
+
+
+@pytest.mark.parametrize("how", ["env", "missing"])
+def test_fresh_process_without_the_extension_gives_the_same_keys(how):
+    code = ("import sys\n"
+            + ("sys.modules['hybridmem._chash'] = None\n" if how == "missing" else "")
+            + "from hybridmem import hashing\nfrom hybridmem.events import StateKind\n"
+            "print(hashing.IMPLEMENTATION, hashing.UNAVAILABLE is not None)\n"
+            "print(hashing.hash_chain(StateKind.RECURRENT, list(range(3000)), 16, ('a',))[-1])\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env[ENV_HASH_PURE] = "1" if how == "env" else ""
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert out[:2] == ["python", "True"]
+    assert int(out[2]) == hash_chain(R, list(range(3000)), 16, ("a",))[-1]
