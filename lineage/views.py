@@ -69,8 +69,17 @@ def _references(name: str, sql: str) -> set[str]:
 
 @cache
 def creation_order(sql: str = "current") -> tuple[str, ...]:
-    """SQL names in dependency order (``_params`` first); a cycle is a bug in the SQL."""
+    """SQL names in dependency order (``_params`` first); a cycle is a bug in the SQL. Private
+    names that no public view of the set needs are left out (a set other than ``current`` may
+    not use every building block of the current one)."""
     deps = {n: _references(n, sql) for n in sql_names(sql)}
+    needed = {n for n in deps if not n.startswith("_")} | {PARAMS}
+    todo = list(needed)
+    while todo:
+        for d in deps[todo.pop()] - needed:
+            needed.add(d)
+            todo.append(d)
+    deps = {n: d for n, d in deps.items() if n in needed}
     order: list[str] = []
     done: set[str] = set()
     while len(order) < len(deps):
@@ -89,7 +98,8 @@ def public_views(sql: str = "current") -> tuple[str, ...]:
 # Views that several later views read: computed once into tables by ``connect(materialize=)``.
 # DuckDB inlines views, so without this every reader recomputes the ASOF joins below it.
 HEAVY_SETS = {
-    "current": ("_adoptions", "_entries", "_supply", "_supply_ordered", "_chain_validity",
+    "current": ("_adoptions", "_entries", "_supply", "_supply_ordered", "_chain_probe",
+                "_chain_validity",
                 "_episode_depths", "_window_flips", "_boundaries", "_boundary_transitions",
                 "depth_changes", "episode_lineage"),
     "reference": ("_adoptions", "_entries", "_flips", "_step_supply", "_chain_validity",
@@ -102,7 +112,7 @@ HEAVY = HEAVY_SETS["current"]
 # (``_params.parts`` / ``part``; see lineage/sql/_chain_validity.sql), and how many events one
 # partition should hold when ``connect_parquet`` chooses: past ~10M events (~6 GB of DuckDB
 # memory) the ASOF join of ``_chain_validity`` spills and its CPU per event triples.
-PARTITIONED_SETS: dict[str, tuple[str, ...]] = {"current": ("_chain_validity",),
+PARTITIONED_SETS: dict[str, tuple[str, ...]] = {"current": ("_chain_probe",),
                                                 "reference": ()}
 PART_EVENTS = 10_000_000
 
