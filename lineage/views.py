@@ -21,6 +21,7 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
+from lineage.probe import probe_rows
 from lineage.table import LINEAGE_COLUMNS, RunMeta, check_columns, table_meta
 from tracer.schema import arrow_schema
 
@@ -116,12 +117,20 @@ PARTITIONED_SETS: dict[str, tuple[str, ...]] = {"current": ("_chain_probe",),
                                                 "reference": ()}
 PART_EVENTS = 10_000_000
 
+# Materialized views whose rows a Python function can compute faster than DuckDB runs their SQL
+# (it returns the rows of the partition in ``_params``, or None to run the SQL after all). The
+# SQL file stays the definition: ad-hoc connections run it, and tests compare both.
+ACCELERATED: dict[str, Callable[[duckdb.DuckDBPyConnection], pa.Table | None]] = {
+    "_chain_probe": probe_rows,
+}
+
 _IDENT = re.compile(r"^[a-z_][a-z0-9_]*$")
 
 
 def create_views(con: duckdb.DuckDBPyConnection, meta: RunMeta,
                  materialize: tuple[str, ...] = (), sql: str = "current",
-                 on_view: Callable[[str], None] | None = None, parts: int = 1) -> None:
+                 on_view: Callable[[str], None] | None = None, parts: int = 1,
+                 accelerate: bool = True) -> None:
     """Bind the grids into ``_params`` and create every view (the table ``events`` must exist).
 
     Names in ``materialize`` become tables holding the view's rows, swapped in under the same
@@ -130,7 +139,8 @@ def create_views(con: duckdb.DuckDBPyConnection, meta: RunMeta,
     ``on_view(name)`` is called after each one is created (the per-view timing uses it).
     With ``parts > 1`` the materialized views of :data:`PARTITIONED_SETS` are computed one key
     partition at a time (the rows of each appended), which bounds their memory; the rows are
-    the same.
+    the same. With ``accelerate`` the materialized views of :data:`ACCELERATED` (current set
+    only) are computed by their Python function where it applies; the rows are the same.
     """
     if not 1 <= parts <= 4096:
         raise ValueError(f"parts must be 1..4096, got {parts}")
@@ -155,17 +165,37 @@ def create_views(con: duckdb.DuckDBPyConnection, meta: RunMeta,
             split = parts if name in PARTITIONED_SETS[sql] else 1
             if split > 1:
                 con.execute("UPDATE _params SET parts = ?, part = 0", [split])
-            con.execute(f"CREATE TEMP TABLE {tmp} AS SELECT * FROM {name}")
-            for part in range(1, split):
-                con.execute("UPDATE _params SET part = ?", [part])
-                con.execute(f"INSERT INTO {tmp} SELECT * FROM {name}")
+            fast = ACCELERATED.get(name) if accelerate and sql == "current" else None
+            done: list[pa.Table] | None = [] if fast is not None else None
+            for part in range(split if fast is not None else 0):
+                if part:
+                    con.execute("UPDATE _params SET part = ?", [part])
+                rows = fast(con)  # type: ignore[misc]
+                if rows is None:  # not applicable to this run: the SQL for every partition
+                    done = None
+                    break
+                done.append(rows)  # type: ignore[union-attr]
+            if done is not None:
+                # the Python rows stay Arrow, scanned in place (no copy into DuckDB); the
+                # connection holds the table until it closes
+                con.register(f"{name}__arrow", pa.concat_tables(done))
+                con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM {name}__arrow")
+                for st in stmts[1:]:
+                    con.execute(st.query)
+            else:
+                if split > 1:
+                    con.execute("UPDATE _params SET part = 0")
+                con.execute(f"CREATE TEMP TABLE {tmp} AS SELECT * FROM {name}")
+                for part in range(1, split):
+                    con.execute("UPDATE _params SET part = ?", [part])
+                    con.execute(f"INSERT INTO {tmp} SELECT * FROM {name}")
+                con.execute(f"DROP VIEW {name}")
+                con.execute(f"ALTER TABLE {tmp} RENAME TO {name}")
+                for st in stmts[1:]:
+                    if not st.query.lstrip().upper().startswith("COMMENT ON VIEW"):
+                        con.execute(st.query)
             if split > 1:
                 con.execute("UPDATE _params SET parts = 1, part = 0")
-            con.execute(f"DROP VIEW {name}")
-            con.execute(f"ALTER TABLE {tmp} RENAME TO {name}")
-            for st in stmts[1:]:
-                if not st.query.lstrip().upper().startswith("COMMENT ON VIEW"):
-                    con.execute(st.query)
         if on_view is not None:
             on_view(name)
 
@@ -202,7 +232,7 @@ def connect(table: pa.Table, meta: RunMeta | None = None, *, source: str = "tabl
             copy: bool | None = None, materialize: bool = False, threads: int | None = None,
             memory_limit: str | None = None, sql: str = "current",
             on_view: Callable[[str], None] | None = None,
-            parts: int = 1) -> duckdb.DuckDBPyConnection:
+            parts: int = 1, accelerate: bool = True) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB connection with ``events`` and every lineage view. ``table`` needs
     the :data:`lineage.table.LINEAGE_COLUMNS` (``events`` holds whatever columns it has).
 
@@ -217,7 +247,7 @@ def connect(table: pa.Table, meta: RunMeta | None = None, *, source: str = "tabl
     :data:`SINGLE_THREAD_EVENTS` rows, else to DuckDB's default. ``meta`` defaults to the
     table's own ``hybridmem.meta``. ``sql`` names the SQL set (:data:`SQL_SETS`); ``on_view``
     see :func:`create_views` (it is also called with ``events`` once the table is loaded), and
-    ``parts`` too.
+    ``parts`` and ``accelerate`` too.
     """
     sql_names(sql)  # an unknown set is a ValueError before any work
     check_columns(table, source, LINEAGE_COLUMNS)
@@ -237,15 +267,16 @@ def connect(table: pa.Table, meta: RunMeta | None = None, *, source: str = "tabl
         con.execute(f"CREATE VIEW {EVENTS} AS SELECT * FROM _events_arrow")
     if on_view is not None:
         on_view(EVENTS)
-    create_views(con, meta, HEAVY_SETS[sql] if materialize else (), sql, on_view, parts)
+    create_views(con, meta, HEAVY_SETS[sql] if materialize else (), sql, on_view, parts,
+                 accelerate)
     return con
 
 
 def connect_parquet(paths: list[str], meta: RunMeta | None = None, *, database: str,
                     memory_limit: str, temp_directory: str, materialize: bool = True,
                     threads: int | None = None, sql: str = "current",
-                    on_view: Callable[[str], None] | None = None, parts: int | None = None
-                    ) -> duckdb.DuckDBPyConnection:
+                    on_view: Callable[[str], None] | None = None, parts: int | None = None,
+                    accelerate: bool = False) -> duckdb.DuckDBPyConnection:
     """Like :func:`connect`, for event tables larger than memory: the Parquet files in
     ``paths`` (one run, e.g. written tile by tile) are read by DuckDB itself (never into
     Python), under ``memory_limit``, spilling to ``temp_directory``. Every file must carry the
@@ -254,7 +285,9 @@ def connect_parquet(paths: list[str], meta: RunMeta | None = None, *, database: 
     spilling to ``temp_directory``); the database file ``database`` holds only the views.
     ``meta`` defaults to the first file's ``hybridmem.meta``; ``on_view`` as in
     :func:`connect`; ``parts`` (see :func:`create_views`) defaults to one key partition per
-    :data:`PART_EVENTS` events (from the files' footers).
+    :data:`PART_EVENTS` events (from the files' footers). ``accelerate`` (off by default
+    here: the Python functions hold a partition's columns outside DuckDB's memory limit) see
+    :func:`create_views`.
     """
     import pyarrow.parquet as pq
 
@@ -280,7 +313,8 @@ def connect_parquet(paths: list[str], meta: RunMeta | None = None, *, database: 
     con.read_parquet(paths).select(", ".join(LINEAGE_COLUMNS)).create_view(EVENTS)
     if on_view is not None:
         on_view(EVENTS)
-    create_views(con, meta, HEAVY_SETS[sql] if materialize else (), sql, on_view, parts)
+    create_views(con, meta, HEAVY_SETS[sql] if materialize else (), sql, on_view, parts,
+                 accelerate)
     return con
 
 
