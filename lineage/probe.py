@@ -26,26 +26,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from lineage.entry_order import _np, _valid, entry_order
+
 # tests set this to check that a wrong probe changes the answer (negative control): the entry's
 # state after its last supply row is then taken as "no supply rows" (valid_entry false)
 _FAULT_NO_SENTINEL = False
-# the fast entry key (top hash bits, checked for collisions); tests turn it off to run the
-# exact dense-id path
-_TRY_TOP_BITS = True
-
-
-def _np(col: pa.ChunkedArray | pa.Array, dtype: type, fill: int = 0) -> np.ndarray:
-    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
-    if arr.null_count:
-        arr = pc.fill_null(arr, fill)
-    return np.asarray(arr.to_numpy(zero_copy_only=False), dtype=dtype)
-
-
-def _valid(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
-    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
-    if not arr.null_count:
-        return np.ones(len(arr), bool)
-    return np.asarray(pc.is_valid(arr).to_numpy(zero_copy_only=False), bool)
 
 
 def _chain_positions(entries: pa.Table, ga: int, gr: int, parts: int, part: int
@@ -84,20 +69,6 @@ def _chain_positions(entries: pa.Table, ga: int, gr: int, parts: int, part: int
             for k, v in out.items()}
 
 
-def _entry_keys(rec: np.ndarray, hashes: np.ndarray, bits: int) -> np.ndarray:
-    """An integer per row that orders rows of one entry ``(is_rec, hash)`` together: the top
-    ``bits - 1`` bits of the hash below the is_rec bit (checked for collisions by the caller),
-    or, with ``bits = 0``, dense ids from a hash table (exact, ~2x slower)."""
-    if bits:
-        ek = (hashes >> np.uint64(65 - bits)).view(np.int64)
-        np.add(ek, np.int64(1) << (bits - 1), out=ek, where=rec)
-        return ek
-    enc = pc.dictionary_encode(pa.array(hashes))
-    ek = np.asarray(enc.indices.to_numpy(), np.int64)
-    np.add(ek, len(enc.dictionary), out=ek, where=rec)
-    return ek
-
-
 def probe_rows(con: duckdb.DuckDBPyConnection) -> pa.Table | None:
     """``SELECT * FROM _chain_probe`` for the partition in ``_params``, computed in NumPy
     (None: not applicable, run the SQL).
@@ -129,38 +100,13 @@ def probe_rows(con: duckdb.DuckDBPyConnection) -> pa.Table | None:
     s_hash = _np(sup["hash"], np.uint64)
     s_seq = _np(sup["seq"], np.int64)
     e_seq = _np(ent["entry_seq"], np.int64)[row]
-    u_rec = np.concatenate([s_rec, c["is_rec"]])
-    u_hash = np.concatenate([s_hash, c["hash"]])
-    u_t = np.concatenate([s_seq, e_seq])
+    sorted_ = entry_order(np.concatenate([s_rec, c["is_rec"]]),
+                          np.concatenate([s_hash, c["hash"]]),
+                          np.concatenate([s_seq, e_seq]), m)
     del e_seq
-    if not len(u_t):
+    if sorted_ is None:
         return None
-    u_t -= int(u_t.min())
-    bt = int(u_t.max()).bit_length()
-    for bits in ((61 - bt, 0) if _TRY_TOP_BITS else (0,)):
-        if bits == 0 and (2 * len(u_t)).bit_length() + bt + 1 > 63:
-            return None
-        if bits and bits < 8:
-            continue
-        # sort key: entry, then seq, then supply (1) after chain (0) at an equal seq
-        ek = _entry_keys(u_rec, u_hash, bits)
-        comb = ek << bt
-        comb |= u_t
-        comb <<= 1
-        comb[:m] |= 1
-        order = np.argsort(comb)
-        del comb
-        ek_o = ek[order]
-        del ek
-        same = ek_o[1:] == ek_o[:-1]
-        if not bits:
-            break
-        h_o = u_hash[order]
-        collide = np.any(same & (h_o[1:] != h_o[:-1]))
-        del h_o
-        if not collide:
-            break  # no two entries share a key (a collision of the top bits: use dense ids)
-    del u_rec, u_hash, u_t
+    order, ek_o, same = sorted_
     is_sup = order < m
     before = np.cumsum(is_sup)
     before -= is_sup  # supply rows before each row of the merged order

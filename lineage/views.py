@@ -22,6 +22,7 @@ import duckdb
 import pyarrow as pa
 
 from lineage.probe import probe_rows
+from lineage.supply import supply_rows
 from lineage.table import LINEAGE_COLUMNS, RunMeta, check_columns, table_meta
 from tracer.schema import arrow_schema
 
@@ -121,6 +122,7 @@ PART_EVENTS = 10_000_000
 # (it returns the rows of the partition in ``_params``, or None to run the SQL after all). The
 # SQL file stays the definition: ad-hoc connections run it, and tests compare both.
 ACCELERATED: dict[str, Callable[[duckdb.DuckDBPyConnection], pa.Table | None]] = {
+    "_supply": supply_rows,
     "_chain_probe": probe_rows,
 }
 

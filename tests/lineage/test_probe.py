@@ -10,7 +10,7 @@ import random
 import pyarrow as pa
 import pytest
 
-from lineage import probe, views
+from lineage import entry_order, probe, views
 from lineage.synth import D0_SYNTH, SynthConfig, synthesize
 from lineage.table import events_to_table
 
@@ -84,7 +84,7 @@ def test_probe_rows_in_key_partitions(parts):
 
 def test_dense_id_path(monkeypatch):
     """With the top-bits key off (as after a collision) the dense ids give the same rows."""
-    monkeypatch.setattr(probe, "_TRY_TOP_BITS", False)
+    monkeypatch.setattr(entry_order, "_TRY_TOP_BITS", False)
     want, got = sql_and_fast(TABLES["S2-tight"]())
     assert got == want
 
