@@ -23,7 +23,7 @@ _TRY_TOP_BITS = True
 def _np(col: pa.ChunkedArray | pa.Array, dtype: type, fill: int = 0) -> np.ndarray:
     arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
     if arr.null_count:
-        arr = pc.fill_null(arr, fill)
+        arr = pc.fill_null(arr, bool(fill) if pa.types.is_boolean(arr.type) else fill)
     return np.asarray(arr.to_numpy(zero_copy_only=False), dtype=dtype)
 
 

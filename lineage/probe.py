@@ -31,6 +31,8 @@ from lineage.entry_order import _np, _valid, entry_order
 # tests set this to check that a wrong probe changes the answer (negative control): the entry's
 # state after its last supply row is then taken as "no supply rows" (valid_entry false)
 _FAULT_NO_SENTINEL = False
+# likewise: chain_validity_rows then keeps the unsettled positions' entry-cut answers
+_FAULT_SKIP_REST = False
 
 
 def _chain_positions(entries: pa.Table, ga: int, gr: int, parts: int, part: int
@@ -69,7 +71,8 @@ def _chain_positions(entries: pa.Table, ga: int, gr: int, parts: int, part: int
             for k, v in out.items()}
 
 
-def probe_rows(con: duckdb.DuckDBPyConnection) -> pa.Table | None:
+def probe_rows(con: duckdb.DuckDBPyConnection, done: dict[str, pa.Table] | None = None
+               ) -> pa.Table | None:
     """``SELECT * FROM _chain_probe`` for the partition in ``_params``, computed in NumPy
     (None: not applicable, run the SQL).
 
@@ -83,9 +86,19 @@ def probe_rows(con: duckdb.DuckDBPyConnection) -> pa.Table | None:
         "SELECT attention_grid_tokens, recurrent_grid_tokens, parts, part FROM _params"
     ).fetchall()
     ((ordered,),) = con.execute("SELECT ordered FROM _supply_ordered").fetchall()
-    sup = con.sql(
-        "SELECT s.is_rec, s.hash, s.seq, s.step, s.is_pub, s.request_id FROM _supply AS s "
-        "CROSS JOIN _params AS p WHERE s.hash % p.parts = p.part").to_arrow_table()
+    wanted = ["is_rec", "hash", "seq", "step", "is_pub", "request_id"]
+    if done is not None and "_supply" in done:  # computed in Python: read in place
+        sup = done["_supply"].select(wanted)
+        if parts > 1:
+            keep = _np(sup["hash"], np.uint64) % np.uint64(parts) == np.uint64(part)
+            keep &= _valid(sup["hash"])
+            sup = sup.filter(pa.array(keep))
+        elif sup["hash"].null_count:
+            sup = sup.filter(pc.is_valid(sup["hash"]))
+    else:
+        sup = con.sql(
+            "SELECT s.is_rec, s.hash, s.seq, s.step, s.is_pub, s.request_id FROM _supply AS s "
+            "CROSS JOIN _params AS p WHERE s.hash % p.parts = p.part").to_arrow_table()
     ent = con.sql(
         "SELECT ep, request_id, entry_seq, chain, recurrent_chain, has_window, adopt_seq, "
         "adopt_step FROM _entries").to_arrow_table()
@@ -189,3 +202,50 @@ def probe_rows(con: duckdb.DuckDBPyConnection) -> pa.Table | None:
         "next_published_by_other": pa.array(npbo),
         "settled": pa.array(settled),
     })
+
+
+def chain_validity_rows(con: duckdb.DuckDBPyConnection, done: dict[str, pa.Table] | None = None
+                        ) -> pa.Table | None:
+    """``SELECT * FROM _chain_validity`` from the Python-computed ``_chain_probe``: every
+    position's row as the view's first branch projects it (in Arrow), the unsettled ones'
+    lookup columns then overwritten by ``_chain_rest``'s rows (its SQL; matched on (ep, is_rec,
+    pos)). None where the probe was not computed in Python."""
+    if done is None or "_chain_probe" not in done:
+        return None
+    p = done["_chain_probe"]
+    has_seq = pc.is_valid(p["adopt_seq"])
+    has_step = pc.is_valid(p["adopt_step"])
+    valid = p["valid_entry"]
+    null_bool = pa.scalar(None, pa.bool_())
+    cols = {
+        "ep": p["ep"], "is_rec": p["is_rec"], "pos": p["pos"], "hash": p["hash"],
+        "end_tokens": p["end_tokens"], "in_reach": p["in_reach"], "has_window": has_seq,
+        "valid_entry": valid, "supply_before_entry": p["supply_before_entry"],
+        "valid_exact": pc.if_else(has_seq, valid, null_bool),
+        "supply_before_adopt": pc.if_else(has_seq, p["supply_before_entry"],
+                                          pa.scalar(None, pa.int64())),
+        "valid_m0": pc.if_else(has_step, valid, null_bool),
+        "valid_m1": pc.if_else(has_step, pc.or_(valid, p["next_published_by_other"]),
+                               null_bool),
+    }
+    unsettled = np.flatnonzero(~_np(p["settled"], bool))
+    if len(unsettled) and not _FAULT_SKIP_REST:
+        rest = con.sql("SELECT * FROM _chain_rest").to_arrow_table()
+        if rest.num_rows != len(unsettled):
+            return None
+        ep_all, pos_all = _np(p["ep"], np.int64), _np(p["pos"], np.int64)
+        rec_all = _np(p["is_rec"], bool)
+        mine = unsettled[np.lexsort((pos_all[unsettled], rec_all[unsettled], ep_all[unsettled]))]
+        theirs = np.lexsort((_np(rest["pos"], np.int64), _np(rest["is_rec"], bool),
+                             _np(rest["ep"], np.int64)))
+        for k, mine_k in (("ep", ep_all), ("is_rec", rec_all), ("pos", pos_all)):
+            if not np.array_equal(mine_k[mine], _np(rest[k], mine_k.dtype.type)[theirs]):
+                return None
+        for name in ("valid_exact", "supply_before_adopt", "valid_m0", "valid_m1"):
+            typ = pa.int64() if name == "supply_before_adopt" else pa.bool_()
+            full = _np(cols[name], np.int64 if typ == pa.int64() else bool).copy()
+            ok = _valid(cols[name])
+            full[mine] = _np(rest[name], full.dtype.type)[theirs]
+            ok[mine] = _valid(rest[name])[theirs]
+            cols[name] = pa.array(full, typ, mask=~ok)
+    return pa.table(cols)

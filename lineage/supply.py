@@ -21,7 +21,8 @@ import pyarrow as pa
 from lineage.entry_order import _np, _valid, entry_order
 
 
-def supply_rows(con: duckdb.DuckDBPyConnection) -> pa.Table | None:
+def supply_rows(con: duckdb.DuckDBPyConnection, done: dict[str, pa.Table] | None = None
+                ) -> pa.Table | None:
     """``SELECT * FROM _supply``, computed from ``_supply_rows`` in NumPy (None: run the SQL)."""
     rows = con.sql("SELECT * FROM _supply_rows").to_arrow_table()
     m = rows.num_rows

@@ -21,7 +21,7 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
-from lineage.probe import probe_rows
+from lineage.probe import chain_validity_rows, probe_rows
 from lineage.supply import supply_rows
 from lineage.table import LINEAGE_COLUMNS, RunMeta, check_columns, table_meta
 from tracer.schema import arrow_schema
@@ -119,11 +119,14 @@ PARTITIONED_SETS: dict[str, tuple[str, ...]] = {"current": ("_chain_probe",),
 PART_EVENTS = 10_000_000
 
 # Materialized views whose rows a Python function can compute faster than DuckDB runs their SQL
-# (it returns the rows of the partition in ``_params``, or None to run the SQL after all). The
-# SQL file stays the definition: ad-hoc connections run it, and tests compare both.
-ACCELERATED: dict[str, Callable[[duckdb.DuckDBPyConnection], pa.Table | None]] = {
+# (it returns the rows of the partition in ``_params``, or None to run the SQL after all; it is
+# given the Arrow rows of the views computed so far this way, by name). The SQL file stays the
+# definition: ad-hoc connections run it, and tests compare both.
+Accelerator = Callable[[duckdb.DuckDBPyConnection, dict[str, pa.Table]], pa.Table | None]
+ACCELERATED: dict[str, Accelerator] = {
     "_supply": supply_rows,
     "_chain_probe": probe_rows,
+    "_chain_validity": chain_validity_rows,
 }
 
 _IDENT = re.compile(r"^[a-z_][a-z0-9_]*$")
@@ -149,6 +152,7 @@ def create_views(con: duckdb.DuckDBPyConnection, meta: RunMeta,
     if parts > 1 and not set(PARTITIONED_SETS[sql]) <= set(materialize):
         raise ValueError("parts > 1 needs the partitioned views materialized "
                          f"({PARTITIONED_SETS[sql]})")
+    arrow_rows: dict[str, pa.Table] = {}
     for name in creation_order(sql):
         stmts = con.extract_statements(load_sql(name, sql))
         for i, st in enumerate(stmts):
@@ -172,7 +176,7 @@ def create_views(con: duckdb.DuckDBPyConnection, meta: RunMeta,
             for part in range(split if fast is not None else 0):
                 if part:
                     con.execute("UPDATE _params SET part = ?", [part])
-                rows = fast(con)  # type: ignore[misc]
+                rows = fast(con, arrow_rows)  # type: ignore[misc]
                 if rows is None:  # not applicable to this run: the SQL for every partition
                     done = None
                     break
@@ -180,7 +184,8 @@ def create_views(con: duckdb.DuckDBPyConnection, meta: RunMeta,
             if done is not None:
                 # the Python rows stay Arrow, scanned in place (no copy into DuckDB); the
                 # connection holds the table until it closes
-                con.register(f"{name}__arrow", pa.concat_tables(done))
+                arrow_rows[name] = pa.concat_tables(done)
+                con.register(f"{name}__arrow", arrow_rows[name])
                 con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM {name}__arrow")
                 for st in stmts[1:]:
                     con.execute(st.query)

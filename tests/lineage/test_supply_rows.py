@@ -49,8 +49,8 @@ def test_numbering_fault_changes_rows_and_report(monkeypatch):
     assert got == want
     real = supply.supply_rows
 
-    def faulty(con):
-        rows = real(con)
+    def faulty(con, done=None):
+        rows = real(con, done)
         assert rows is not None
         first = rows["hash"][0]
         bump = pc.if_else(pc.equal(rows["hash"], first), pc.add(rows["sup_no"], 1),
