@@ -114,9 +114,15 @@ HEAVY = HEAVY_SETS["current"]
 # (``_params.parts`` / ``part``; see lineage/sql/_chain_validity.sql), and how many events one
 # partition should hold when ``connect_parquet`` chooses: past ~10M events (~6 GB of DuckDB
 # memory) the ASOF join of ``_chain_validity`` spills and its CPU per event triples.
-PARTITIONED_SETS: dict[str, tuple[str, ...]] = {"current": ("_chain_probe",),
+PARTITIONED_SETS: dict[str, tuple[str, ...]] = {"current": ("_chain_probe", "_chain_validity"),
                                                 "reference": ()}
 PART_EVENTS = 10_000_000
+
+# Materialized views computed by their SQL only per key partition of the one view that reads
+# them (scratch -> reader): never held whole. When a Python function computes the scratch view
+# instead, it is kept whole and its reader computed in one piece.
+SCRATCH_SETS: dict[str, dict[str, str]] = {"current": {"_chain_probe": "_chain_validity"},
+                                           "reference": {}}
 
 # Materialized views whose rows a Python function can compute faster than DuckDB runs their SQL
 # (it returns the rows of the partition in ``_params``, or None to run the SQL after all; it is
@@ -128,8 +134,72 @@ ACCELERATED: dict[str, Accelerator] = {
     "_chain_probe": probe_rows,
     "_chain_validity": chain_validity_rows,
 }
+# Accelerated views whose Arrow rows DuckDB scans in place; the others are copied into a TEMP
+# table, which the views reading them many times scan faster.
+SCAN_IN_PLACE = {"_supply", "_chain_probe", "_chain_validity"}
 
 _IDENT = re.compile(r"^[a-z_][a-z0-9_]*$")
+
+
+def _accelerated(con: duckdb.DuckDBPyConnection, fast: Accelerator | None, split: int,
+                 arrow_rows: dict[str, pa.Table]) -> pa.Table | None:
+    """The rows of every key partition by ``fast`` (None: not applicable, run the SQL)."""
+    if fast is None:
+        return None
+    done = []
+    for part in range(split):
+        if part:
+            con.execute("UPDATE _params SET part = ?", [part])
+        rows = fast(con, arrow_rows)
+        if rows is None:
+            return None
+        done.append(rows)
+    return pa.concat_tables(done)
+
+
+def _keep_rows(con: duckdb.DuckDBPyConnection, name: str, stmts: list, rows: pa.Table,
+               in_place: bool) -> None:
+    """Put Python-computed rows under the view's name: scanned in place (the connection holds
+    the Arrow table until it closes) or copied into a TEMP table."""
+    if in_place:
+        con.register(f"{name}__arrow", rows)
+        con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM {name}__arrow")
+        for st in stmts[1:]:
+            con.execute(st.query)
+        return
+    con.register("_accelerated_rows", rows)
+    con.execute(f"CREATE TEMP TABLE {name}__rows AS SELECT * FROM _accelerated_rows")
+    con.unregister("_accelerated_rows")
+    _swap(con, name, stmts)
+
+
+def _swap(con: duckdb.DuckDBPyConnection, name: str, stmts: list) -> None:
+    con.execute(f"DROP VIEW {name}")
+    con.execute(f"ALTER TABLE {name}__rows RENAME TO {name}")
+    for st in stmts[1:]:
+        if not st.query.lstrip().upper().startswith("COMMENT ON VIEW"):
+            con.execute(st.query)
+
+
+def _materialize_sql(con: duckdb.DuckDBPyConnection, name: str, stmts: list, split: int,
+                     scratch: str | None) -> None:
+    """The view's rows by its SQL into a TEMP table (held in memory and spilled to the temp
+    directory past the memory limit, never written into an on-disk database), key partition by
+    key partition; with ``scratch``, that view's rows of each partition are first put in a
+    TEMP table under its name (its SQL renamed ``<scratch>__sql`` meanwhile)."""
+    if scratch is not None:
+        con.execute(f"ALTER VIEW {scratch} RENAME TO {scratch}__sql")
+    for part in range(split):
+        if split > 1:
+            con.execute("UPDATE _params SET part = ?", [part])
+        if scratch is not None:
+            con.execute(f"CREATE OR REPLACE TEMP TABLE {scratch} AS "
+                        f"SELECT * FROM {scratch}__sql")
+        verb = f"CREATE TEMP TABLE {name}__rows AS" if part == 0 else f"INSERT INTO {name}__rows"
+        con.execute(f"{verb} SELECT * FROM {name}")
+    if scratch is not None:
+        con.execute(f"DROP TABLE {scratch}")
+    _swap(con, name, stmts)
 
 
 def create_views(con: duckdb.DuckDBPyConnection, meta: RunMeta,
@@ -153,6 +223,7 @@ def create_views(con: duckdb.DuckDBPyConnection, meta: RunMeta,
         raise ValueError("parts > 1 needs the partitioned views materialized "
                          f"({PARTITIONED_SETS[sql]})")
     arrow_rows: dict[str, pa.Table] = {}
+    deferred: dict[str, str] = {}  # reader -> its scratch view, renamed <scratch>__sql
     for name in creation_order(sql):
         stmts = con.extract_statements(load_sql(name, sql))
         for i, st in enumerate(stmts):
@@ -165,42 +236,26 @@ def create_views(con: duckdb.DuckDBPyConnection, meta: RunMeta,
         if name in materialize:
             # identifiers cannot be bound; these come from our own file names, checked here
             assert _IDENT.match(name), f"SQL file name {name!r} is not a plain identifier"
-            tmp = f"{name}__rows"
-            # TEMP: held in memory and spilled to the temp directory past the memory limit,
-            # never written (compressed, checkpointed) into an on-disk database
+            scratch = deferred.pop(name, None)  # a scratch view this one reads, deferred
             split = parts if name in PARTITIONED_SETS[sql] else 1
+            if name in SCRATCH_SETS[sql].values() and scratch is None:
+                split = 1  # its scratch was computed in Python, whole
             if split > 1:
                 con.execute("UPDATE _params SET parts = ?, part = 0", [split])
             fast = ACCELERATED.get(name) if accelerate and sql == "current" else None
-            done: list[pa.Table] | None = [] if fast is not None else None
-            for part in range(split if fast is not None else 0):
-                if part:
-                    con.execute("UPDATE _params SET part = ?", [part])
-                rows = fast(con, arrow_rows)  # type: ignore[misc]
-                if rows is None:  # not applicable to this run: the SQL for every partition
-                    done = None
-                    break
-                done.append(rows)  # type: ignore[union-attr]
-            if done is not None:
-                # the Python rows stay Arrow, scanned in place (no copy into DuckDB); the
-                # connection holds the table until it closes
-                arrow_rows[name] = pa.concat_tables(done)
-                con.register(f"{name}__arrow", arrow_rows[name])
-                con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM {name}__arrow")
+            rows = _accelerated(con, fast, split, arrow_rows)
+            if rows is not None:
+                arrow_rows[name] = rows
+                _keep_rows(con, name, stmts, rows, in_place=name in SCAN_IN_PLACE)
+            elif name in SCRATCH_SETS[sql]:
+                # computed per key partition of its reader instead (below), never whole
+                deferred[SCRATCH_SETS[sql][name]] = name
                 for st in stmts[1:]:
                     con.execute(st.query)
             else:
-                if split > 1:
-                    con.execute("UPDATE _params SET part = 0")
-                con.execute(f"CREATE TEMP TABLE {tmp} AS SELECT * FROM {name}")
-                for part in range(1, split):
-                    con.execute("UPDATE _params SET part = ?", [part])
-                    con.execute(f"INSERT INTO {tmp} SELECT * FROM {name}")
-                con.execute(f"DROP VIEW {name}")
-                con.execute(f"ALTER TABLE {tmp} RENAME TO {name}")
-                for st in stmts[1:]:
-                    if not st.query.lstrip().upper().startswith("COMMENT ON VIEW"):
-                        con.execute(st.query)
+                _materialize_sql(con, name, stmts, split, scratch)
+            if scratch is not None:  # the scratch view is its SQL again
+                con.execute(f"ALTER VIEW {scratch}__sql RENAME TO {scratch}")
             if split > 1:
                 con.execute("UPDATE _params SET parts = 1, part = 0")
         if on_view is not None:
