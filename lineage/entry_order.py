@@ -11,6 +11,9 @@ at 1M events) sends the sort to dense ids from a hash table (exact, slower):
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -18,6 +21,27 @@ import pyarrow.compute as pc
 # the fast entry key (top hash bits, checked for collisions); tests turn it off to run the
 # exact dense-id path
 _TRY_TOP_BITS = True
+
+
+@contextmanager
+def small_pages() -> Iterator[None]:
+    """NumPy without transparent huge pages for the arrays allocated inside (restored after).
+
+    NumPy advises the kernel to back every array of 4 MiB or more with 2 MiB pages
+    (``madvise(MADV_HUGEPAGE)``; env ``NUMPY_MADVISE_HUGEPAGE``). The arrays here live for
+    milliseconds, and a huge-page fault zeroes (and may first compact) 2 MiB: in a fresh process
+    over 1M events the Python materializations took 0.69-0.78 s of system time with the advice
+    and 0.35-0.40 without (benchmarks/RESULTS.md, session 5)."""
+    setter = getattr(getattr(np, "_core", None), "multiarray", None)
+    setter = getattr(setter, "_set_madvise_hugepage", None)
+    if setter is None:
+        yield
+        return
+    before = setter(False)
+    try:
+        yield
+    finally:
+        setter(before)
 
 
 def _np(col: pa.ChunkedArray | pa.Array, dtype: type, fill: int = 0) -> np.ndarray:

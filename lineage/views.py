@@ -21,6 +21,7 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
+from lineage.entry_order import small_pages
 from lineage.probe import chain_validity_rows, probe_rows
 from lineage.supply import supply_rows
 from lineage.table import LINEAGE_COLUMNS, RunMeta, check_columns, table_meta
@@ -147,13 +148,14 @@ def _accelerated(con: duckdb.DuckDBPyConnection, fast: Accelerator | None, split
     if fast is None:
         return None
     done = []
-    for part in range(split):
-        if part:
-            con.execute("UPDATE _params SET part = ?", [part])
-        rows = fast(con, arrow_rows)
-        if rows is None:
-            return None
-        done.append(rows)
+    with small_pages():
+        for part in range(split):
+            if part:
+                con.execute("UPDATE _params SET part = ?", [part])
+            rows = fast(con, arrow_rows)
+            if rows is None:
+                return None
+            done.append(rows)
     return pa.concat_tables(done)
 
 
