@@ -137,7 +137,7 @@ ACCELERATED: dict[str, Accelerator] = {
 }
 # Accelerated views whose Arrow rows DuckDB scans in place; the others are copied into a TEMP
 # table, which the views reading them many times scan faster.
-SCAN_IN_PLACE = {"_supply", "_chain_probe", "_chain_validity"}
+SCAN_IN_PLACE = {"_supply", "_chain_probe"}
 
 _IDENT = re.compile(r"^[a-z_][a-z0-9_]*$")
 
