@@ -28,6 +28,9 @@ import pyarrow.compute as pc
 
 from lineage.entry_order import _np, _valid, entry_order
 
+# the entries and their flattened chain positions, kept in ``done`` across key partitions
+_ENTRIES, _POSITIONS = "#probe entries", "#probe chain positions"
+
 # tests set this to check that a wrong probe changes the answer (negative control): the entry's
 # state after its last supply row is then taken as "no supply rows" (valid_entry false)
 _FAULT_NO_SENTINEL = False
@@ -35,10 +38,9 @@ _FAULT_NO_SENTINEL = False
 _FAULT_SKIP_REST = False
 
 
-def _chain_positions(entries: pa.Table, ga: int, gr: int, parts: int, part: int
-                     ) -> dict[str, np.ndarray]:
-    """The ``_chain`` view's rows of this partition as columns (NULL keys dropped, as the
-    view's ``hash % parts = part`` drops them)."""
+def _chain_positions(entries: pa.Table, ga: int, gr: int) -> dict[str, np.ndarray]:
+    """The ``_chain`` view's rows as columns (NULL keys dropped, as the view's
+    ``hash % parts = part`` drops them)."""
     rec_len = pc.list_value_length(entries["recurrent_chain"]).combine_chunks()
     rec_len_np = _np(rec_len, np.int64)
     out: dict[str, list[np.ndarray]] = {k: [] for k in
@@ -53,8 +55,6 @@ def _chain_positions(entries: pa.Table, ga: int, gr: int, parts: int, part: int
         pos = np.arange(len(flat), dtype=np.int64) + offsets[0] - offsets[parent]
         keep = _valid(flat)
         hashes = _np(flat, np.uint64)
-        if parts > 1:
-            keep &= hashes % np.uint64(parts) == np.uint64(part)
         if not keep.all():
             parent, pos, hashes = parent[keep], pos[keep], hashes[keep]
         grid = gr if is_rec else ga
@@ -99,14 +99,28 @@ def probe_rows(con: duckdb.DuckDBPyConnection, done: dict[str, pa.Table] | None 
         sup = con.sql(
             "SELECT s.is_rec, s.hash, s.seq, s.step, s.is_pub, s.request_id FROM _supply AS s "
             "CROSS JOIN _params AS p WHERE s.hash % p.parts = p.part").to_arrow_table()
-    ent = con.sql(
-        "SELECT ep, request_id, entry_seq, chain, recurrent_chain, has_window, adopt_seq, "
-        "adopt_step FROM _entries").to_arrow_table()
-    if sup["seq"].null_count or sup["is_rec"].null_count or ent["entry_seq"].null_count:
+    if ga <= 0 or gr <= 0 or sup["seq"].null_count or sup["is_rec"].null_count:
         return None
-    if ga <= 0 or gr <= 0:
-        return None
-    c = _chain_positions(ent, ga, gr, parts, part)
+    if done is not None and _ENTRIES in done:  # an earlier partition's
+        ent, c_all = done[_ENTRIES], done[_POSITIONS]
+        c = {k: _np(c_all[k], bool if k in ("is_rec", "reach") else
+                    np.uint64 if k == "hash" else np.int64) for k in c_all.column_names}
+    else:
+        ent = con.sql(
+            "SELECT ep, request_id, entry_seq, chain, recurrent_chain, has_window, adopt_seq, "
+            "adopt_step FROM _entries").to_arrow_table()
+        if ent["entry_seq"].null_count:
+            return None
+        c = _chain_positions(ent, ga, gr)
+        if done is not None and parts > 1:  # kept for the next partitions, then dropped
+            done[_ENTRIES] = ent.drop_columns(["chain", "recurrent_chain"])
+            done[_POSITIONS] = pa.table(c)
+    if done is not None and part == parts - 1:
+        done.pop(_ENTRIES, None)
+        done.pop(_POSITIONS, None)
+    if parts > 1:
+        keep = c["hash"] % np.uint64(parts) == np.uint64(part)
+        c = {k: v[keep] for k, v in c.items()}
     row = c["row"]
     nc, m = len(row), sup.num_rows
     s_rec = _np(sup["is_rec"], bool)
