@@ -3,8 +3,9 @@ materializations of ``_supply`` (lineage/supply.py) and ``_chain_probe`` (lineag
 
 A 64-bit hash and a seq do not fit one integer, and ``np.lexsort`` of three keys costs ~5x an
 ``argsort`` of one; so the entry is keyed by the top bits of its hash, as many as fit beside the
-seq range, and an adjacent pair of different hashes with the same key (a collision, ~1 run in 25
-at 1M events) sends the sort to dense ids from a hash table (exact, slower):
+seq range; the rows of keys that two hashes share (a collision: adjacent rows, same key,
+different hashes; rare at 1M events, common past 10M where the seq range leaves fewer bits) are
+sorted again inside their block by the full hash:
 
     key = ((is_rec, top bits of hash) << bt | seq - min seq) << 1 | first_rows flag
 """
@@ -75,33 +76,43 @@ def _entry_keys(rec: np.ndarray, hashes: np.ndarray, bits: int) -> np.ndarray:
 def entry_order(rec: np.ndarray, hashes: np.ndarray, seqs: np.ndarray, first: int
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """Row order by (entry, seq, then rows ``>= first`` before rows ``< first`` at an equal
-    seq), the entry key in that order, and whether each row after the first is of the same
-    entry as the row before it. None if even dense ids and the seq range overflow 63 bits.
-    ``seqs`` is modified (shifted to start at 0)."""
+    seq), a dense entry id per row in that order, and whether each row after the first is of
+    the same entry as the row before it. None if the seq range leaves too few bits for the
+    entry key and even dense ids overflow. ``seqs`` is modified (shifted to start at 0).
+
+    Entries whose hashes share the key's top bits (a collision: adjacent rows, same key,
+    different hashes) sort as one block; only those blocks are sorted again by (hash, seq)."""
     if not len(seqs):
         return None
     seqs -= int(seqs.min())
     bt = int(seqs.max()).bit_length()
-    for bits in ((61 - bt, 0) if _TRY_TOP_BITS else (0,)):
-        if bits == 0 and (2 * len(seqs)).bit_length() + bt + 1 > 63:
-            return None
-        if bits and bits < 8:
-            continue
-        ek = _entry_keys(rec, hashes, bits)
-        comb = ek << bt
-        comb |= seqs
-        comb <<= 1
-        comb[:first] |= 1
-        order = np.argsort(comb)
-        del comb
-        ek_o = ek[order]
-        del ek
-        same = ek_o[1:] == ek_o[:-1]
-        if not bits:
-            break
+    bits = 61 - bt if _TRY_TOP_BITS else 0
+    if bits < 8:
+        bits = 0
+    if bits == 0 and (2 * len(seqs)).bit_length() + bt + 1 > 63:
+        return None
+    ek = _entry_keys(rec, hashes, bits)
+    comb = ek << bt
+    comb |= seqs
+    comb <<= 1
+    comb[:first] |= 1
+    order = np.argsort(comb)
+    del comb
+    ek_o = ek[order]
+    del ek
+    same = ek_o[1:] == ek_o[:-1]
+    if bits:
         h_o = hashes[order]
-        collide = np.any(same & (h_o[1:] != h_o[:-1]))
+        clash = same & (h_o[1:] != h_o[:-1])
+        if clash.any():
+            # the rows of the colliding keys are contiguous blocks (one per key value): sorted
+            # again inside them by (hash, seq, flag), every key value keeps its positions
+            at = np.flatnonzero(np.isin(ek_o, np.unique(ek_o[1:][clash])))
+            sub = order[at]
+            order[at] = sub[np.lexsort((sub < first, seqs[sub], hashes[sub], ek_o[at]))]
+            h_o[at] = hashes[order[at]]
+        same &= h_o[1:] == h_o[:-1]
         del h_o
-        if not collide:
-            break  # no two entries share a key (a collision of the top bits: use dense ids)
-    return order, ek_o, same
+    eid = np.zeros(len(order), np.int64)
+    np.cumsum(~same, out=eid[1:])
+    return order, eid, same

@@ -89,15 +89,17 @@ def test_probe_rows_in_key_partitions(parts):
 
 
 def test_dense_id_path(monkeypatch):
-    """With the top-bits key off (as after a collision) the dense ids give the same rows."""
+    """With the top-bits key off (as when the seq range leaves too few bits) the dense ids give
+    the same rows."""
     monkeypatch.setattr(entry_order, "_TRY_TOP_BITS", False)
     want, got = sql_and_fast(TABLES["S2-tight"]())
     assert got == want
 
 
-def test_colliding_top_bits_fall_back_to_dense_ids():
-    """Two entries whose hashes share every top bit the key keeps: the collision is seen and
-    the dense ids answer; both entries keep their own state."""
+def test_colliding_top_bits_are_sorted_by_the_full_hash():
+    """Two entries whose hashes share every top bit the key keeps, their rows interleaved by
+    seq: the collision is seen, their block sorted again by the full hash, and both entries
+    keep their own state."""
     a, b = 5 << 40, (5 << 40) + 1  # equal above bit 40
     events = [pub(a, 0), pub(b, 0), loss(a, 1), enter("x", 2, [a], []), enter("y", 2, [b], []),
               adopt("x", 3, 0), adopt("y", 3, 0)]
