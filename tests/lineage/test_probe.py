@@ -184,3 +184,16 @@ def test_skipping_the_general_lookups_changes_the_validity(monkeypatch):
     monkeypatch.setattr(probe, "_FAULT_SKIP_REST", True)
     bad, _ = _validity(table, accelerate=True)
     assert bad != want
+
+
+def test_small_pages_restores_the_huge_page_advice():
+    import numpy as np
+
+    setter = np._core.multiarray._set_madvise_hugepage
+    before = setter(True)
+    try:
+        with entry_order.small_pages():
+            assert setter(False) is False  # off inside
+        assert setter(True) is True  # back on after
+    finally:
+        setter(before)
