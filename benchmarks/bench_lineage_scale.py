@@ -51,7 +51,7 @@ def write_tiles(base: Path, work: Path, count: int) -> list[str]:
 
 
 def child(paths: list[str], work: Path, memory_limit: str, sql: str,
-          threads: int | None, parts: int | None) -> dict[str, object]:
+          threads: int | None, parts: int | None, accelerate: bool = False) -> dict[str, object]:
     from lineage import views
 
     db = work / "lineage.duckdb"
@@ -71,7 +71,7 @@ def child(paths: list[str], work: Path, memory_limit: str, sql: str,
 
     con = views.connect_parquet(paths, database=str(db), memory_limit=memory_limit,
                                 temp_directory=str(spill), sql=sql, on_view=lap,
-                                threads=threads, parts=parts)
+                                threads=threads, parts=parts, accelerate=accelerate)
     events = con.execute("SELECT count(*) FROM events").fetchall()[0][0]
     lap("read events count")
     summary = con.sql("SELECT episodes, classified_episodes, shallower_episodes, "
@@ -91,6 +91,7 @@ def child(paths: list[str], work: Path, memory_limit: str, sql: str,
             "sql_cpu_s": round(cpu, 2), "cpu_s_per_m_events": round(cpu / events * 1e6, 2),
             "peak_rss_mib": round(r1.ru_maxrss / 1024), "db_file_mib": round(db_bytes / 2**20),
             "memory_limit": memory_limit, "sql": sql, "threads": threads,
+            "accelerate": accelerate,
             "parts": parts if parts is not None else max(1, -(-events // views.PART_EVENTS)),
             "load_avg": round(os.getloadavg()[0], 2),
             "cpu_s_by_step": {k: v for k, v in steps.items() if v >= 0.01}}
@@ -110,6 +111,9 @@ def main() -> int:
     ap.add_argument("--parts", type=int, default=None,
                     help="key partitions of _chain_validity (default: one per "
                          "lineage.views.PART_EVENTS events)")
+    ap.add_argument("--accelerate", action="store_true",
+                    help="compute the views of lineage.views.ACCELERATED in Python (their rows "
+                         "held outside DuckDB's memory limit; off by default)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if any(n < 1 for n in args.tiles):
@@ -120,7 +124,7 @@ def main() -> int:
     if args.child:
         paths = sorted(str(p) for p in work.glob("tile_*.parquet"))[:args.tiles[0]]
         print(json.dumps(child(paths, work, args.memory_limit, args.sql, args.threads,
-                               args.parts)), flush=True)
+                               args.parts, args.accelerate)), flush=True)
         return 0
     base = build("S2", 1_000_000, Path(args.cache))
     write_tiles(base, work, max(args.tiles))
@@ -131,7 +135,8 @@ def main() -> int:
                               "--work", str(work), "--memory-limit", args.memory_limit,
                               "--sql", args.sql]
                              + ([] if args.threads is None else ["--threads", str(args.threads)])
-                             + ([] if args.parts is None else ["--parts", str(args.parts)]),
+                             + ([] if args.parts is None else ["--parts", str(args.parts)])
+                             + (["--accelerate"] if args.accelerate else []),
                              check=True, capture_output=True, text=True,
                              env={**os.environ, "PYTHONPATH": os.getcwd()})
         row = {"tiles": n, **json.loads(out.stdout.strip().splitlines()[-1])}

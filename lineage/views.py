@@ -21,6 +21,9 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
+from lineage.entry_order import small_pages
+from lineage.probe import chain_validity_rows, probe_rows
+from lineage.supply import supply_rows
 from lineage.table import LINEAGE_COLUMNS, RunMeta, check_columns, table_meta
 from tracer.schema import arrow_schema
 
@@ -69,8 +72,17 @@ def _references(name: str, sql: str) -> set[str]:
 
 @cache
 def creation_order(sql: str = "current") -> tuple[str, ...]:
-    """SQL names in dependency order (``_params`` first); a cycle is a bug in the SQL."""
+    """SQL names in dependency order (``_params`` first); a cycle is a bug in the SQL. Private
+    names that no public view of the set needs are left out (a set other than ``current`` may
+    not use every building block of the current one)."""
     deps = {n: _references(n, sql) for n in sql_names(sql)}
+    needed = {n for n in deps if not n.startswith("_")} | {PARAMS}
+    todo = list(needed)
+    while todo:
+        for d in deps[todo.pop()] - needed:
+            needed.add(d)
+            todo.append(d)
+    deps = {n: d for n, d in deps.items() if n in needed}
     order: list[str] = []
     done: set[str] = set()
     while len(order) < len(deps):
@@ -89,7 +101,8 @@ def public_views(sql: str = "current") -> tuple[str, ...]:
 # Views that several later views read: computed once into tables by ``connect(materialize=)``.
 # DuckDB inlines views, so without this every reader recomputes the ASOF joins below it.
 HEAVY_SETS = {
-    "current": ("_adoptions", "_entries", "_supply", "_supply_ordered", "_chain_validity",
+    "current": ("_adoptions", "_entries", "_supply", "_supply_ordered", "_chain_probe",
+                "_chain_validity",
                 "_episode_depths", "_window_flips", "_boundaries", "_boundary_transitions",
                 "depth_changes", "episode_lineage"),
     "reference": ("_adoptions", "_entries", "_flips", "_step_supply", "_chain_validity",
@@ -102,16 +115,99 @@ HEAVY = HEAVY_SETS["current"]
 # (``_params.parts`` / ``part``; see lineage/sql/_chain_validity.sql), and how many events one
 # partition should hold when ``connect_parquet`` chooses: past ~10M events (~6 GB of DuckDB
 # memory) the ASOF join of ``_chain_validity`` spills and its CPU per event triples.
-PARTITIONED_SETS: dict[str, tuple[str, ...]] = {"current": ("_chain_validity",),
+PARTITIONED_SETS: dict[str, tuple[str, ...]] = {"current": ("_chain_probe", "_chain_validity"),
                                                 "reference": ()}
 PART_EVENTS = 10_000_000
+
+# Materialized views computed by their SQL only per key partition of the one view that reads
+# them (scratch -> reader): never held whole. When a Python function computes the scratch view
+# instead, it is kept whole and its reader computed in one piece.
+SCRATCH_SETS: dict[str, dict[str, str]] = {"current": {"_chain_probe": "_chain_validity"},
+                                           "reference": {}}
+
+# Materialized views whose rows a Python function can compute faster than DuckDB runs their SQL
+# (it returns the rows of the partition in ``_params``, or None to run the SQL after all; it is
+# given the Arrow rows of the views computed so far this way, by name). The SQL file stays the
+# definition: ad-hoc connections run it, and tests compare both.
+Accelerator = Callable[[duckdb.DuckDBPyConnection, dict[str, pa.Table]], pa.Table | None]
+ACCELERATED: dict[str, Accelerator] = {
+    "_supply": supply_rows,
+    "_chain_probe": probe_rows,
+    "_chain_validity": chain_validity_rows,
+}
+# Accelerated views whose Arrow rows DuckDB scans in place; the others are copied into a TEMP
+# table, which the views reading them many times scan faster.
+SCAN_IN_PLACE = {"_supply", "_chain_probe"}
 
 _IDENT = re.compile(r"^[a-z_][a-z0-9_]*$")
 
 
+def _accelerated(con: duckdb.DuckDBPyConnection, fast: Accelerator | None, split: int,
+                 arrow_rows: dict[str, pa.Table]) -> pa.Table | None:
+    """The rows of every key partition by ``fast`` (None: not applicable, run the SQL)."""
+    if fast is None:
+        return None
+    done = []
+    with small_pages():
+        for part in range(split):
+            if part:
+                con.execute("UPDATE _params SET part = ?", [part])
+            rows = fast(con, arrow_rows)
+            if rows is None:
+                return None
+            done.append(rows)
+    return pa.concat_tables(done)
+
+
+def _keep_rows(con: duckdb.DuckDBPyConnection, name: str, stmts: list, rows: pa.Table,
+               in_place: bool) -> None:
+    """Put Python-computed rows under the view's name: scanned in place (the connection holds
+    the Arrow table until it closes) or copied into a TEMP table."""
+    if in_place:
+        con.register(f"{name}__arrow", rows)
+        con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM {name}__arrow")
+        for st in stmts[1:]:
+            con.execute(st.query)
+        return
+    con.register("_accelerated_rows", rows)
+    con.execute(f"CREATE TEMP TABLE {name}__rows AS SELECT * FROM _accelerated_rows")
+    con.unregister("_accelerated_rows")
+    _swap(con, name, stmts)
+
+
+def _swap(con: duckdb.DuckDBPyConnection, name: str, stmts: list) -> None:
+    con.execute(f"DROP VIEW {name}")
+    con.execute(f"ALTER TABLE {name}__rows RENAME TO {name}")
+    for st in stmts[1:]:
+        if not st.query.lstrip().upper().startswith("COMMENT ON VIEW"):
+            con.execute(st.query)
+
+
+def _materialize_sql(con: duckdb.DuckDBPyConnection, name: str, stmts: list, split: int,
+                     scratch: str | None) -> None:
+    """The view's rows by its SQL into a TEMP table (held in memory and spilled to the temp
+    directory past the memory limit, never written into an on-disk database), key partition by
+    key partition; with ``scratch``, that view's rows of each partition are first put in a
+    TEMP table under its name (its SQL renamed ``<scratch>__sql`` meanwhile)."""
+    if scratch is not None:
+        con.execute(f"ALTER VIEW {scratch} RENAME TO {scratch}__sql")
+    for part in range(split):
+        if split > 1:
+            con.execute("UPDATE _params SET part = ?", [part])
+        if scratch is not None:
+            con.execute(f"CREATE OR REPLACE TEMP TABLE {scratch} AS "
+                        f"SELECT * FROM {scratch}__sql")
+        verb = f"CREATE TEMP TABLE {name}__rows AS" if part == 0 else f"INSERT INTO {name}__rows"
+        con.execute(f"{verb} SELECT * FROM {name}")
+    if scratch is not None:
+        con.execute(f"DROP TABLE {scratch}")
+    _swap(con, name, stmts)
+
+
 def create_views(con: duckdb.DuckDBPyConnection, meta: RunMeta,
                  materialize: tuple[str, ...] = (), sql: str = "current",
-                 on_view: Callable[[str], None] | None = None, parts: int = 1) -> None:
+                 on_view: Callable[[str], None] | None = None, parts: int = 1,
+                 accelerate: bool = True) -> None:
     """Bind the grids into ``_params`` and create every view (the table ``events`` must exist).
 
     Names in ``materialize`` become tables holding the view's rows, swapped in under the same
@@ -120,13 +216,16 @@ def create_views(con: duckdb.DuckDBPyConnection, meta: RunMeta,
     ``on_view(name)`` is called after each one is created (the per-view timing uses it).
     With ``parts > 1`` the materialized views of :data:`PARTITIONED_SETS` are computed one key
     partition at a time (the rows of each appended), which bounds their memory; the rows are
-    the same.
+    the same. With ``accelerate`` the materialized views of :data:`ACCELERATED` (current set
+    only) are computed by their Python function where it applies; the rows are the same.
     """
     if not 1 <= parts <= 4096:
         raise ValueError(f"parts must be 1..4096, got {parts}")
     if parts > 1 and not set(PARTITIONED_SETS[sql]) <= set(materialize):
         raise ValueError("parts > 1 needs the partitioned views materialized "
                          f"({PARTITIONED_SETS[sql]})")
+    arrow_rows: dict[str, pa.Table] = {}
+    deferred: dict[str, str] = {}  # reader -> its scratch view, renamed <scratch>__sql
     for name in creation_order(sql):
         stmts = con.extract_statements(load_sql(name, sql))
         for i, st in enumerate(stmts):
@@ -139,23 +238,28 @@ def create_views(con: duckdb.DuckDBPyConnection, meta: RunMeta,
         if name in materialize:
             # identifiers cannot be bound; these come from our own file names, checked here
             assert _IDENT.match(name), f"SQL file name {name!r} is not a plain identifier"
-            tmp = f"{name}__rows"
-            # TEMP: held in memory and spilled to the temp directory past the memory limit,
-            # never written (compressed, checkpointed) into an on-disk database
+            scratch = deferred.pop(name, None)  # a scratch view this one reads, deferred
             split = parts if name in PARTITIONED_SETS[sql] else 1
+            if name in SCRATCH_SETS[sql].values() and scratch is None:
+                split = 1  # its scratch was computed in Python, whole
             if split > 1:
                 con.execute("UPDATE _params SET parts = ?, part = 0", [split])
-            con.execute(f"CREATE TEMP TABLE {tmp} AS SELECT * FROM {name}")
-            for part in range(1, split):
-                con.execute("UPDATE _params SET part = ?", [part])
-                con.execute(f"INSERT INTO {tmp} SELECT * FROM {name}")
+            fast = ACCELERATED.get(name) if accelerate and sql == "current" else None
+            rows = _accelerated(con, fast, split, arrow_rows)
+            if rows is not None:
+                arrow_rows[name] = rows
+                _keep_rows(con, name, stmts, rows, in_place=name in SCAN_IN_PLACE)
+            elif name in SCRATCH_SETS[sql]:
+                # computed per key partition of its reader instead (below), never whole
+                deferred[SCRATCH_SETS[sql][name]] = name
+                for st in stmts[1:]:
+                    con.execute(st.query)
+            else:
+                _materialize_sql(con, name, stmts, split, scratch)
+            if scratch is not None:  # the scratch view is its SQL again
+                con.execute(f"ALTER VIEW {scratch}__sql RENAME TO {scratch}")
             if split > 1:
                 con.execute("UPDATE _params SET parts = 1, part = 0")
-            con.execute(f"DROP VIEW {name}")
-            con.execute(f"ALTER TABLE {tmp} RENAME TO {name}")
-            for st in stmts[1:]:
-                if not st.query.lstrip().upper().startswith("COMMENT ON VIEW"):
-                    con.execute(st.query)
         if on_view is not None:
             on_view(name)
 
@@ -192,7 +296,7 @@ def connect(table: pa.Table, meta: RunMeta | None = None, *, source: str = "tabl
             copy: bool | None = None, materialize: bool = False, threads: int | None = None,
             memory_limit: str | None = None, sql: str = "current",
             on_view: Callable[[str], None] | None = None,
-            parts: int = 1) -> duckdb.DuckDBPyConnection:
+            parts: int = 1, accelerate: bool = True) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB connection with ``events`` and every lineage view. ``table`` needs
     the :data:`lineage.table.LINEAGE_COLUMNS` (``events`` holds whatever columns it has).
 
@@ -207,7 +311,7 @@ def connect(table: pa.Table, meta: RunMeta | None = None, *, source: str = "tabl
     :data:`SINGLE_THREAD_EVENTS` rows, else to DuckDB's default. ``meta`` defaults to the
     table's own ``hybridmem.meta``. ``sql`` names the SQL set (:data:`SQL_SETS`); ``on_view``
     see :func:`create_views` (it is also called with ``events`` once the table is loaded), and
-    ``parts`` too.
+    ``parts`` and ``accelerate`` too.
     """
     sql_names(sql)  # an unknown set is a ValueError before any work
     check_columns(table, source, LINEAGE_COLUMNS)
@@ -227,15 +331,16 @@ def connect(table: pa.Table, meta: RunMeta | None = None, *, source: str = "tabl
         con.execute(f"CREATE VIEW {EVENTS} AS SELECT * FROM _events_arrow")
     if on_view is not None:
         on_view(EVENTS)
-    create_views(con, meta, HEAVY_SETS[sql] if materialize else (), sql, on_view, parts)
+    create_views(con, meta, HEAVY_SETS[sql] if materialize else (), sql, on_view, parts,
+                 accelerate)
     return con
 
 
 def connect_parquet(paths: list[str], meta: RunMeta | None = None, *, database: str,
                     memory_limit: str, temp_directory: str, materialize: bool = True,
                     threads: int | None = None, sql: str = "current",
-                    on_view: Callable[[str], None] | None = None, parts: int | None = None
-                    ) -> duckdb.DuckDBPyConnection:
+                    on_view: Callable[[str], None] | None = None, parts: int | None = None,
+                    accelerate: bool = False) -> duckdb.DuckDBPyConnection:
     """Like :func:`connect`, for event tables larger than memory: the Parquet files in
     ``paths`` (one run, e.g. written tile by tile) are read by DuckDB itself (never into
     Python), under ``memory_limit``, spilling to ``temp_directory``. Every file must carry the
@@ -244,7 +349,9 @@ def connect_parquet(paths: list[str], meta: RunMeta | None = None, *, database: 
     spilling to ``temp_directory``); the database file ``database`` holds only the views.
     ``meta`` defaults to the first file's ``hybridmem.meta``; ``on_view`` as in
     :func:`connect`; ``parts`` (see :func:`create_views`) defaults to one key partition per
-    :data:`PART_EVENTS` events (from the files' footers).
+    :data:`PART_EVENTS` events (from the files' footers). ``accelerate`` (off by default
+    here: the Python functions hold a partition's columns outside DuckDB's memory limit) see
+    :func:`create_views`.
     """
     import pyarrow.parquet as pq
 
@@ -270,7 +377,8 @@ def connect_parquet(paths: list[str], meta: RunMeta | None = None, *, database: 
     con.read_parquet(paths).select(", ".join(LINEAGE_COLUMNS)).create_view(EVENTS)
     if on_view is not None:
         on_view(EVENTS)
-    create_views(con, meta, HEAVY_SETS[sql] if materialize else (), sql, on_view, parts)
+    create_views(con, meta, HEAVY_SETS[sql] if materialize else (), sql, on_view, parts,
+                 accelerate)
     return con
 
 

@@ -7,93 +7,10 @@
 -- An entry's state at a seq cut is the is_pub of its last supply row before the cut (false when
 -- none); that row's sup_no at the entry and the adoption cut delimits the rows in the window.
 --
--- One ASOF lookup per chain position settles almost every position: the entry's first supply
--- row at or after the entry cut (row n+1; a sentinel after its last row when there is none)
--- carries the state before it (valid_before = the state at the entry cut), n, the previous
--- row's step, and its own seq, step, kind and requester. When that row is not before the
--- adoption cut, nothing happened to the entry inside the window, so the exact cut sees the
--- entry cut's state; when, besides, every entry's rows are in step order (_supply_ordered; no
--- step is NULL), row
--- n is of an earlier step than the lookup's and row n+1 is not, the state after the steps
--- before the lookup (M0) is that state too; M1 adds a publication by another request in the
--- lookup step, which is then row n+1, or a later row of that step only if row n+1 is in the
--- lookup step and row n+2 too (next_step; the general lookup below then decides):
---
---     entry e:  ... row n (step 5) | entry cut ... adoption cut (step 9) | row n+1 (step 12)
---               exact = m0 = m1 = is_pub(row n)
---
--- Every row depends on one entry's supply rows only, so the harness may compute the view one
--- key partition at a time (_params.parts / part; _supply_ordered is global), bounding the
--- memory of the ASOF join's sorts: past memory they spill and cost ~3x per row.
---
--- The few other positions (a supply row of the entry inside the window or inside the lookup
--- step, or a run whose steps go back) take the general lookups: ASOF at the adoption cut, ASOF
--- over the entry's per-step states (as in _step_supply) for M0 and an equi-join on the lookup
--- step for M1, over only those positions' entries.
+-- _chain_probe settles almost every position (its entry-cut state answers every cut); the few
+-- others are _chain_rest's rows. Materialized (by lineage/probe.py's chain_validity_rows when
+-- the probe was computed in Python; tests compare both).
 CREATE OR REPLACE VIEW _chain_validity AS
-WITH part_supply AS (
-    -- the supply rows of this key partition (all of them unless the harness partitions)
-    SELECT s.is_rec, s.hash, s.seq, s.sup_no, s.valid_before, s.prev_step, s.step, s.is_pub,
-           s.request_id, s.next_step, s.is_last
-    FROM _supply AS s CROSS JOIN _params AS p WHERE s.hash % p.parts = p.part
-),
-after_cut AS (
-    -- every supply row, and a sentinel after each entry's last one (seq = max BIGINT)
-    SELECT is_rec, hash, seq, sup_no - 1 AS rows_before, valid_before, prev_step,
-           step, is_pub, request_id, next_step
-    FROM part_supply
-    UNION ALL
-    SELECT is_rec, hash, 9223372036854775807, sup_no, is_pub, step, NULL, NULL, NULL, NULL
-    FROM part_supply
-    WHERE is_last
-),
-probe AS MATERIALIZED (
-    SELECT
-        c.ep, c.request_id, c.entry_seq, c.adopt_seq, c.adopt_step,
-        c.is_rec, c.pos, c.hash, c.end_tokens, c.in_reach,
-        coalesce(nx.valid_before, false) AS valid_entry,
-        coalesce(nx.rows_before, 0) AS supply_before_entry,
-        nx.is_pub AND nx.step = c.adopt_step AND nx.request_id IS DISTINCT FROM c.request_id
-            AS next_published_by_other,
-        (c.adopt_seq IS NULL OR nx.seq IS NULL OR nx.seq >= c.adopt_seq)
-        AND (c.adopt_step IS NULL
-             OR (o.ordered
-                 AND (nx.prev_step IS NULL OR nx.prev_step < c.adopt_step)
-                 AND (nx.step IS NULL OR nx.step > c.adopt_step
-                      OR (nx.step = c.adopt_step
-                          AND ((nx.is_pub AND nx.request_id IS DISTINCT FROM c.request_id)
-                               OR nx.next_step IS DISTINCT FROM c.adopt_step)))))
-            AS settled
-    FROM (SELECT c.* FROM _chain AS c CROSS JOIN _params AS p
-          WHERE c.hash % p.parts = p.part) AS c
-    CROSS JOIN _supply_ordered AS o
-    ASOF LEFT JOIN after_cut AS nx
-        ON nx.is_rec = c.is_rec AND nx.hash = c.hash AND c.entry_seq <= nx.seq
-),
-rest AS MATERIALIZED (
-    SELECT * FROM probe WHERE NOT settled
-),
-rest_keys AS (
-    SELECT DISTINCT is_rec, hash FROM rest
-),
-rest_supply AS MATERIALIZED (
-    SELECT s.is_rec, s.hash, s.seq, s.step, s.is_pub, s.sup_no, s.request_id
-    FROM part_supply AS s
-    SEMI JOIN rest_keys AS k ON k.is_rec = s.is_rec AND k.hash = s.hash
-),
-rest_steps AS MATERIALIZED (
-    -- _step_supply, for the entries of these positions only
-    SELECT
-        is_rec,
-        hash,
-        step,
-        arg_max(is_pub, seq) AS valid_after_step,
-        bool_or(is_pub) AS published_in_step,
-        CASE WHEN min(request_id) FILTER (WHERE is_pub) = max(request_id) FILTER (WHERE is_pub)
-             THEN min(request_id) FILTER (WHERE is_pub) END AS sole_publisher
-    FROM rest_supply
-    GROUP BY is_rec, hash, step
-)
 SELECT
     ep, is_rec, pos, hash, end_tokens, in_reach,
     adopt_seq IS NOT NULL AS has_window,
@@ -102,31 +19,11 @@ SELECT
     CASE WHEN adopt_seq IS NOT NULL THEN valid_entry END AS valid_exact,
     CASE WHEN adopt_seq IS NOT NULL THEN supply_before_entry END AS supply_before_adopt,
     CASE WHEN adopt_step IS NOT NULL THEN valid_entry END AS valid_m0,
-    CASE WHEN adopt_step IS NOT NULL THEN valid_entry OR coalesce(next_published_by_other, false)
-    END AS valid_m1
-FROM probe
+    CASE WHEN adopt_step IS NOT NULL THEN valid_entry OR next_published_by_other END AS valid_m1
+FROM _chain_probe
 WHERE settled
 UNION ALL
-SELECT
-    r.ep, r.is_rec, r.pos, r.hash, r.end_tokens, r.in_reach,
-    r.adopt_seq IS NOT NULL AS has_window,
-    r.valid_entry,
-    r.supply_before_entry,
-    CASE WHEN r.adopt_seq IS NOT NULL THEN coalesce(fa.is_pub, false) END AS valid_exact,
-    CASE WHEN r.adopt_seq IS NOT NULL THEN coalesce(fa.sup_no, 0) END AS supply_before_adopt,
-    CASE WHEN r.adopt_step IS NOT NULL THEN coalesce(s0.valid_after_step, false) END AS valid_m0,
-    CASE WHEN r.adopt_step IS NOT NULL
-         THEN coalesce(s0.valid_after_step, false)
-              OR coalesce(s1.published_in_step AND s1.sole_publisher IS DISTINCT FROM r.request_id,
-                          false)
-    END AS valid_m1
-FROM rest AS r
-ASOF LEFT JOIN rest_supply AS fa
-    ON fa.is_rec = r.is_rec AND fa.hash = r.hash AND r.adopt_seq > fa.seq
-ASOF LEFT JOIN rest_steps AS s0
-    ON s0.is_rec = r.is_rec AND s0.hash = r.hash AND r.adopt_step > s0.step
-LEFT JOIN rest_steps AS s1
-    ON s1.is_rec = r.is_rec AND s1.hash = r.hash AND s1.step = r.adopt_step;
+SELECT * FROM _chain_rest;
 
 COMMENT ON VIEW _chain_validity IS 'validity of each episode chain entry at the entry, exact, M0 and M1 cuts';
 COMMENT ON COLUMN _chain_validity.ep IS 'episode id';

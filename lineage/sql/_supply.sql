@@ -9,23 +9,9 @@
 --     sup_no             1    2    3     4     5
 --     is_flip            yes  no   yes   no    yes
 --
--- One sort per entry (this window) serves every later lookup; the view is materialized.
+-- One sort per entry (this window) serves every later lookup; the view is materialized (by
+-- lineage/supply.py, one NumPy sort, when the harness can; tests compare both).
 CREATE OR REPLACE VIEW _supply AS
-WITH rows AS (
-    SELECT
-        seq,
-        step,
-        state_kind = 'recurrent' AS is_rec,
-        hash,
-        kind = 'publication' AS is_pub,
-        depth,
-        cause,
-        requester,
-        request_id
-    FROM events
-    WHERE kind IN ('publication', 'loss')
-      AND state_kind IN ('attention', 'recurrent')
-)
 SELECT
     *,
     row_number() OVER w AS sup_no,
@@ -34,7 +20,7 @@ SELECT
     lag(step) OVER w AS prev_step,
     lead(step) OVER w AS next_step,
     lead(seq) OVER w IS NULL AS is_last
-FROM rows
+FROM _supply_rows
 WINDOW w AS (PARTITION BY is_rec, hash ORDER BY seq);
 
 COMMENT ON VIEW _supply IS 'publication/loss rows of attention blocks and recurrent checkpoints, numbered per entry';
