@@ -15,88 +15,30 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cache
-from pathlib import Path
 
 import duckdb
 import pyarrow as pa
 
-from lineage.entry_order import small_pages
+from lineage.materialize import Accelerator, accelerated, keep_rows, materialize_sql
 from lineage.probe import chain_validity_rows, probe_rows
+from lineage.sql_files import (
+    PARAMS,
+    SQL_DIR,
+    SQL_SETS,
+    creation_order,
+    load_sql,
+    public_views,
+    sql_names,
+)
 from lineage.supply import supply_rows
 from lineage.table import LINEAGE_COLUMNS, RunMeta, check_columns, table_meta
 from tracer.schema import arrow_schema
 
-SQL_DIR = Path(__file__).with_name("sql")
-PARAMS = "_params"
+__all__ = ["EVENTS", "PARAMS", "SQL_DIR", "SQL_SETS", "connect", "connect_parquet",
+           "create_views", "creation_order", "describe_views", "load_sql", "public_views",
+           "sql_names"]
+
 EVENTS = "events"
-
-# The SQL sets: ``current`` (lineage/sql, what every report uses) and ``reference``
-# (lineage/sql/reference: the first, ASOF-join formulation of the views the rewrite changed,
-# frozen; every other view is the current file). Kept as an executable second opinion that tests
-# and ``benchmarks/ab_lineage_sql.py`` compare with.
-SQL_SETS = {"current": SQL_DIR, "reference": SQL_DIR / "reference"}
-
-
-def _sql_path(name: str, sql: str) -> Path:
-    if sql not in SQL_SETS:
-        raise ValueError(f"no lineage SQL set {sql!r}; have {sorted(SQL_SETS)}")
-    own = SQL_SETS[sql] / f"{name}.sql"
-    return own if own.exists() else SQL_DIR / f"{name}.sql"
-
-
-@cache
-def sql_names(sql: str = "current") -> tuple[str, ...]:
-    """Every SQL name (file name without ``.sql``) of the set ``sql``, sorted: the current
-    set's names (a set other than ``current`` overrides some of their files)."""
-    if sql not in SQL_SETS:
-        raise ValueError(f"no lineage SQL set {sql!r}; have {sorted(SQL_SETS)}")
-    return tuple(sorted(p.stem for p in SQL_DIR.glob("*.sql")))
-
-
-@cache
-def load_sql(name: str, sql: str = "current") -> str:
-    """The text of ``lineage/sql/<name>.sql`` (or of the ``sql`` set's own file)."""
-    if name not in sql_names(sql):
-        raise KeyError(f"no lineage SQL named {name!r}; have {list(sql_names(sql))}")
-    return _sql_path(name, sql).read_text()
-
-
-def _references(name: str, sql: str) -> set[str]:
-    """Other SQL names the file mentions as whole words (its dependencies)."""
-    body = load_sql(name, sql)
-    body = "\n".join(line.split("--", 1)[0] for line in body.splitlines())  # drop comments
-    words = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", body))
-    return {n for n in sql_names(sql) if n != name and n in words}
-
-
-@cache
-def creation_order(sql: str = "current") -> tuple[str, ...]:
-    """SQL names in dependency order (``_params`` first); a cycle is a bug in the SQL. Private
-    names that no public view of the set needs are left out (a set other than ``current`` may
-    not use every building block of the current one)."""
-    deps = {n: _references(n, sql) for n in sql_names(sql)}
-    needed = {n for n in deps if not n.startswith("_")} | {PARAMS}
-    todo = list(needed)
-    while todo:
-        for d in deps[todo.pop()] - needed:
-            needed.add(d)
-            todo.append(d)
-    deps = {n: d for n, d in deps.items() if n in needed}
-    order: list[str] = []
-    done: set[str] = set()
-    while len(order) < len(deps):
-        ready = sorted(n for n in deps if n not in done and deps[n] <= done)
-        assert ready, f"lineage SQL has a dependency cycle among {sorted(set(deps) - done)}"
-        for n in ready:
-            order.append(n)
-            done.add(n)
-    return tuple(order)
-
-
-def public_views(sql: str = "current") -> tuple[str, ...]:
-    return tuple(n for n in creation_order(sql) if not n.startswith("_"))
-
 
 # Views that several later views read: computed once into tables by ``connect(materialize=)``.
 # DuckDB inlines views, so without this every reader recomputes the ASOF joins below it.
@@ -129,7 +71,6 @@ SCRATCH_SETS: dict[str, dict[str, str]] = {"current": {"_chain_probe": "_chain_v
 # (it returns the rows of the partition in ``_params``, or None to run the SQL after all; it is
 # given the Arrow rows of the views computed so far this way, by name). The SQL file stays the
 # definition: ad-hoc connections run it, and tests compare both.
-Accelerator = Callable[[duckdb.DuckDBPyConnection, dict[str, pa.Table]], pa.Table | None]
 ACCELERATED: dict[str, Accelerator] = {
     "_supply": supply_rows,
     "_chain_probe": probe_rows,
@@ -140,68 +81,6 @@ ACCELERATED: dict[str, Accelerator] = {
 SCAN_IN_PLACE = {"_supply", "_chain_probe"}
 
 _IDENT = re.compile(r"^[a-z_][a-z0-9_]*$")
-
-
-def _accelerated(con: duckdb.DuckDBPyConnection, fast: Accelerator | None, split: int,
-                 arrow_rows: dict[str, pa.Table]) -> pa.Table | None:
-    """The rows of every key partition by ``fast`` (None: not applicable, run the SQL)."""
-    if fast is None:
-        return None
-    done = []
-    with small_pages():
-        for part in range(split):
-            if part:
-                con.execute("UPDATE _params SET part = ?", [part])
-            rows = fast(con, arrow_rows)
-            if rows is None:
-                return None
-            done.append(rows)
-    return pa.concat_tables(done)
-
-
-def _keep_rows(con: duckdb.DuckDBPyConnection, name: str, stmts: list, rows: pa.Table,
-               in_place: bool) -> None:
-    """Put Python-computed rows under the view's name: scanned in place (the connection holds
-    the Arrow table until it closes) or copied into a TEMP table."""
-    if in_place:
-        con.register(f"{name}__arrow", rows)
-        con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM {name}__arrow")
-        for st in stmts[1:]:
-            con.execute(st.query)
-        return
-    con.register("_accelerated_rows", rows)
-    con.execute(f"CREATE TEMP TABLE {name}__rows AS SELECT * FROM _accelerated_rows")
-    con.unregister("_accelerated_rows")
-    _swap(con, name, stmts)
-
-
-def _swap(con: duckdb.DuckDBPyConnection, name: str, stmts: list) -> None:
-    con.execute(f"DROP VIEW {name}")
-    con.execute(f"ALTER TABLE {name}__rows RENAME TO {name}")
-    for st in stmts[1:]:
-        if not st.query.lstrip().upper().startswith("COMMENT ON VIEW"):
-            con.execute(st.query)
-
-
-def _materialize_sql(con: duckdb.DuckDBPyConnection, name: str, stmts: list, split: int,
-                     scratch: str | None) -> None:
-    """The view's rows by its SQL into a TEMP table (held in memory and spilled to the temp
-    directory past the memory limit, never written into an on-disk database), key partition by
-    key partition; with ``scratch``, that view's rows of each partition are first put in a
-    TEMP table under its name (its SQL renamed ``<scratch>__sql`` meanwhile)."""
-    if scratch is not None:
-        con.execute(f"ALTER VIEW {scratch} RENAME TO {scratch}__sql")
-    for part in range(split):
-        if split > 1:
-            con.execute("UPDATE _params SET part = ?", [part])
-        if scratch is not None:
-            con.execute(f"CREATE OR REPLACE TEMP TABLE {scratch} AS "
-                        f"SELECT * FROM {scratch}__sql")
-        verb = f"CREATE TEMP TABLE {name}__rows AS" if part == 0 else f"INSERT INTO {name}__rows"
-        con.execute(f"{verb} SELECT * FROM {name}")
-    if scratch is not None:
-        con.execute(f"DROP TABLE {scratch}")
-    _swap(con, name, stmts)
 
 
 def create_views(con: duckdb.DuckDBPyConnection, meta: RunMeta,
@@ -245,17 +124,17 @@ def create_views(con: duckdb.DuckDBPyConnection, meta: RunMeta,
             if split > 1:
                 con.execute("UPDATE _params SET parts = ?, part = 0", [split])
             fast = ACCELERATED.get(name) if accelerate and sql == "current" else None
-            rows = _accelerated(con, fast, split, arrow_rows)
+            rows = accelerated(con, fast, split, arrow_rows)
             if rows is not None:
                 arrow_rows[name] = rows
-                _keep_rows(con, name, stmts, rows, in_place=name in SCAN_IN_PLACE)
+                keep_rows(con, name, stmts, rows, in_place=name in SCAN_IN_PLACE)
             elif name in SCRATCH_SETS[sql]:
                 # computed per key partition of its reader instead (below), never whole
                 deferred[SCRATCH_SETS[sql][name]] = name
                 for st in stmts[1:]:
                     con.execute(st.query)
             else:
-                _materialize_sql(con, name, stmts, split, scratch)
+                materialize_sql(con, name, stmts, split, scratch)
             if scratch is not None:  # the scratch view is its SQL again
                 con.execute(f"ALTER VIEW {scratch}__sql RENAME TO {scratch}")
             if split > 1:
