@@ -199,6 +199,8 @@ def test_campaign_two_local_workers(worker_campaign: Path) -> None:
     assert list((out / "figures").glob("fig2_*.png"))
 
 
+@pytest.mark.slow  # ~23 s (a Ray instance and a worker importing vLLM): the default suite's
+# 10-minute budget; the local-worker campaign above covers the same cells without Ray
 def test_campaign_on_local_ray_resumes_the_worker_campaign(
         worker_campaign: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A local Ray instance (one CPU: one worker process imports vLLM once) resumes the local
