@@ -494,13 +494,48 @@ class CachedOrganization(Organization):
 
     # == reclaim and invalidation ==============================================================
     def _make_free(self, pool: PagePool, need: int, requester: str) -> None:
-        free, cached = pool._free, pool._cached  # read-only: the pool's own methods change them
+        """Reclaim LRU heads of ``pool`` until ``need`` pages are free.
+
+        A cached block's page (no holder, one hold: the block's key) takes the inline path,
+        :meth:`_reclaim` -> :meth:`_lose_block` -> ``unhold`` -> ``reclaim`` in one frame with
+        the same steps in the same order (index entry, waiters, LOSS event, hold, free deque,
+        forget, watcher); any other page (a checkpoint's, a slab, or a block in a state only a
+        bug reaches) goes through :meth:`_reclaim`.
+        """
+        free, cached = pool._free, pool._cached  # the pool's own: changed as its methods would
         reclaim, cause = self._reclaim, Cause.ALLOCATION
+        owners, holds, refs = self.owner[pool.name], pool._holds, pool._refs
+        attn_index, waiters, live = self.attn_index, self.key_waiters, self.live_blocks
         while len(free) < need:
             page = next(iter(cached), None)  # pool.oldest_cached(): the LRU head
             assert page is not None, f"pool {pool.name}: {pool.num_free} free, need {need}, " \
                 "nothing cached; this indicates can_allocate and allocate disagree"
-            reclaim(pool, page, cause, requester)
+            blk = owners[page]
+            if blk.__class__ is not Block or blk.holders or holds[page] != 1:
+                reclaim(pool, page, cause, requester)
+                continue
+            key = blk.key  # _lose_block
+            del attn_index[key]
+            blk.key = 0
+            if key in waiters:  # their copies of this key may publish now
+                requests = self.requests
+                for waiter in waiters.pop(key):
+                    held_by = requests.get(waiter)
+                    if held_by is not None:
+                        held_by.keyed = 0
+            if self._emitting:
+                self._emit(EventKind.LOSS, hash=key, depth=blk.depth,
+                           state_kind=StateKind.ATTENTION, page=page, cause=cause,
+                           requester=requester)
+            assert refs[page] == 0, f"pool {pool.name}: reclaim of cached page {page} with " \
+                f"{refs[page]} references; this indicates reclaiming protected storage"
+            holds[page] = 0  # pool.unhold: its last hold, no reference: cached -> free
+            del cached[page]
+            free.append(page)
+            live.discard(blk)  # no holder: forget the block
+            owners[page] = None
+            if pool.watcher is not None:  # pool.reclaim (nothing left to drop)
+                pool.watcher(pool.name, page, "reclaim")
 
     def _detach(self, pool: PagePool, page: int) -> list[Block | Checkpoint]:
         """Cut ``page`` out of every entry stored on it; return those entries.
