@@ -269,11 +269,15 @@ class CachedOrganization(Organization):
     def _blocks_unref(self, blks: list[Block], holder: str) -> None:
         """Drop ``holder``'s reference of each block (one pool), in order (the LRU order of the
         pages that become cached); a block with no holder and no key is forgotten."""
+        pages, forget = [], []
         for blk in blks:
-            blk.holders.remove(holder)
+            holders = blk.holders
+            holders.remove(holder)
+            pages.append(blk.page)
+            if not holders and not blk.key:
+                forget.append(blk)
         pool = blks[0].pool
-        pool.decref_many([blk.page for blk in blks])
-        forget = [blk for blk in blks if not blk.holders and not blk.key]
+        pool.decref_many(pages)
         live, owners = self.live_blocks, self.owner[pool.name]
         for blk in forget:  # no holder and no key: forget it
             assert pool.is_free(blk.page), f"block on page {blk.page} forgotten while " \
@@ -428,12 +432,12 @@ class CachedOrganization(Organization):
             owners, live = self.owner[apool.name], self.live_blocks
             blocks, ga = req.blocks, self.attention_grid
             depth = len(blocks) * ga
-            new = [Block(apool, page, depth + i * ga, 0, {request_id})
-                   for i, page in enumerate(apool.take_many(n_blocks), 1)]
-            for blk in new:
-                owners[blk.page] = blk
-            live.update(new)
-            blocks += new
+            for page in apool.take_many(n_blocks):
+                depth += ga
+                blk = Block(apool, page, depth, 0, {request_id})
+                owners[page] = blk
+                live.add(blk)
+                blocks.append(blk)
         if bounds:
             live_ckpts, ckpts, new_checkpoint = self.live_ckpts, req.ckpts, self._new_checkpoint
             for b in bounds:
@@ -649,14 +653,12 @@ class CachedOrganization(Organization):
         # index: it resets the count of the block's holders and of that key's waiters. So the
         # settled blocks are skipped: the old full scan would only ``continue`` over them.
         # Every block the loop passes is settled by it (so ``keyed`` counts them all).
-        # Block i ends at depth (i + 1) g_a, so the blocks within ``computed`` are the first
-        # ``computed // g_a`` (of those with a key in the chain): no depth test per block.
         blocks, chain, keyed = req.blocks, req.attn_chain, req.keyed
-        stop = min(len(blocks), len(chain), computed // self.attention_grid)
-        new, waiters = [], self.key_waiters
-        for blk, key in zip(blocks[keyed:stop], chain[keyed:stop]):
-            assert blk.depth <= computed, f"block at depth {blk.depth} at index " \
-                f"{blocks.index(blk)} of a {self.attention_grid}-token grid"
+        pages, waiters = [], self.key_waiters
+        for blk, key in zip(blocks[keyed:], chain[keyed:], strict=False):  # the shorter one
+            if blk.depth > computed:
+                break
+            keyed += 1
             if blk.key:
                 continue  # already discoverable (published or adopted)
             if key in attn_index:  # another request's copy is discoverable
@@ -669,17 +671,16 @@ class CachedOrganization(Organization):
                 continue
             blk.key = key
             attn_index[key] = blk
-            new.append(blk)
+            pages.append(blk.page)
+            published.append(key)
             if emitting:
                 self._emit(EventKind.PUBLICATION, request_id=request_id,
                            preemption_count=req.preemptions, hash=key, depth=blk.depth,
                            state_kind=StateKind.ATTENTION, page=blk.page)
-        if stop > keyed:
-            req.keyed = stop  # every block the loop passed is settled
-        pages: list[int] = []
-        if new:
-            blocks[0].pool.hold_many([blk.page for blk in new])
-            published = [blk.key for blk in new]
+        req.keyed = keyed
+        if pages:
+            blocks[0].pool.hold_many(pages)
+            pages = []
         rec_index, rec_chain, gr = self.rec_index, req.rec_chain, self.recurrent_grid
         for b, ck in sorted(req.ckpts.items()):
             if b > req.computed:
