@@ -862,3 +862,15 @@ class CachedOrganization(Organization):
             if ck.key != key or self.live_ckpts.get(ck.ident) is not ck:
                 raise AssertionError(f"{self.name}: recurrent key {key:#x} maps to checkpoint "
                                      f"{ck.ident} with key {ck.key:#x}")
+        for key in self.key_waiters:  # a waiter waits on a discoverable copy
+            if key not in self.attn_index:
+                raise AssertionError(f"{self.name}: requests {sorted(self.key_waiters[key])} "
+                                     f"wait on attention key {key:#x}, which is not indexed")
+        for pool in self.pools():  # an owner record exactly for the pages that are not free
+            owners = self.owner[pool.name]
+            stale = [p for p in range(pool.total) if (owners[p] is None) != pool.is_free(p)]
+            if stale:
+                p = stale[0]
+                raise AssertionError(f"{self.name} pool {pool.name}: {len(stale)} pages whose "
+                                     f"owner record disagrees with their state, first page {p} "
+                                     f"({pool.state(p)}, owner {owners[p]!r})")
