@@ -108,7 +108,7 @@ class CachedOrganization(Organization):
         self.rec_index: dict[int, Checkpoint] = {}  # discoverable recurrent keys
         self.pins: dict[int, tuple[Checkpoint, str]] = {}  # ident -> (checkpoint, owner)
         self.demand: dict[int, set[str]] = {}  # recurrent key -> distinct requesters
-        self.live_blocks: set[Block] = set()  # blocks with storage
+        self.num_blocks = 0  # blocks with storage (each owns its page: see live_blocks)
         self.live_ckpts: dict[int, Checkpoint] = {}  # ident -> checkpoint with storage
         # attention key -> requests holding an unpublished block with that key, skipped by
         # publish because another copy is discoverable (they rescan when that copy is lost)
@@ -278,12 +278,12 @@ class CachedOrganization(Organization):
                 forget.append(blk)
         pool = blks[0].pool
         pool.decref_many(pages)
-        live, owners = self.live_blocks, self.owner[pool.name]
+        owners = self.owner[pool.name]
         for blk in forget:  # no holder and no key: forget it
             assert pool.is_free(blk.page), f"block on page {blk.page} forgotten while " \
                 "its page is not free; this indicates a reference or hold leak"
-            live.discard(blk)
             owners[blk.page] = None
+        self.num_blocks -= len(forget)
 
     def _conv_pages(self, ck: Checkpoint) -> list[int]:
         """The page carrying ``ck``'s conv state when it is not inside member 0."""
@@ -429,15 +429,15 @@ class CachedOrganization(Organization):
             self._make_free(apool, need.attention, request_id)
             self._make_free(rpool, need.recurrent, request_id)
         if n_blocks:
-            owners, live = self.owner[apool.name], self.live_blocks
+            owners = self.owner[apool.name]
             blocks, ga = req.blocks, self.attention_grid
             depth = len(blocks) * ga
             for page in apool.take_many(n_blocks):
                 depth += ga
                 blk = Block(apool, page, depth, 0, {request_id})
                 owners[page] = blk
-                live.add(blk)
                 blocks.append(blk)
+            self.num_blocks += n_blocks
         if bounds:
             live_ckpts, ckpts, new_checkpoint = self.live_ckpts, req.ckpts, self._new_checkpoint
             for b in bounds:
@@ -505,7 +505,7 @@ class CachedOrganization(Organization):
         free, cached = pool._free, pool._cached  # the pool's own: changed as its methods would
         reclaim, cause = self._reclaim, Cause.ALLOCATION
         owners, holds, refs = self.owner[pool.name], pool._holds, pool._refs
-        attn_index, waiters, live = self.attn_index, self.key_waiters, self.live_blocks
+        attn_index, waiters, lost = self.attn_index, self.key_waiters, 0
         while len(free) < need:
             page = next(iter(cached), None)  # pool.oldest_cached(): the LRU head
             assert page is not None, f"pool {pool.name}: {pool.num_free} free, need {need}, " \
@@ -532,10 +532,11 @@ class CachedOrganization(Organization):
             holds[page] = 0  # pool.unhold: its last hold, no reference: cached -> free
             del cached[page]
             free.append(page)
-            live.discard(blk)  # no holder: forget the block
+            lost += 1  # no holder: forget the block
             owners[page] = None
             if pool.watcher is not None:  # pool.reclaim (nothing left to drop)
                 pool.watcher(pool.name, page, "reclaim")
+        self.num_blocks -= lost
 
     def _detach(self, pool: PagePool, page: int) -> list[Block | Checkpoint]:
         """Cut ``page`` out of every entry stored on it; return those entries.
@@ -599,7 +600,7 @@ class CachedOrganization(Organization):
         if not blk.holders:  # forget it
             assert pool.is_free(blk.page), f"block on page {blk.page} forgotten while its " \
                 "page is not free; this indicates a reference or hold leak"
-            self.live_blocks.discard(blk)
+            self.num_blocks -= 1
             self.owner[pool.name][blk.page] = None
 
     def _lose_ckpt(self, ck: Checkpoint, cause: Cause, requester: str) -> None:
@@ -814,11 +815,17 @@ class CachedOrganization(Organization):
 
     # == accounting ============================================================================
     def held(self) -> Held:
-        return Held(len(self.live_blocks), len(self.live_ckpts),
+        return Held(self.num_blocks, len(self.live_ckpts),
                     self.slabs.num_slabs if self.slabs is not None else 0)
 
     def allocated_bytes(self) -> int:
         return sum((p.total - p.num_free) * self._unit_bytes(p) for p in self.pools())
+
+    @property
+    def live_blocks(self) -> set[Block]:
+        """The blocks with storage: the owner records that are blocks (a block owns exactly its
+        page from allocation until it is forgotten; :attr:`num_blocks` counts them)."""
+        return {e for owners in self.owner.values() for e in owners if e.__class__ is Block}
 
     def _expected_refs(self) -> dict[tuple[str, int], int]:
         refs: dict[tuple[str, int], int] = {}
@@ -854,10 +861,14 @@ class CachedOrganization(Organization):
             raise AssertionError(
                 f"{self.name}: {used} units not free != {xa} blocks + {xr} checkpoints x "
                 f"{per_ckpt} + {m} slabs = {xa + xr * per_ckpt + m}")
+        live = self.live_blocks
+        if len(live) != self.num_blocks:
+            raise AssertionError(f"{self.name}: {len(live)} blocks own a page, "
+                                 f"{self.num_blocks} counted")
         for key, blk in self.attn_index.items():
-            if blk.key != key or blk not in self.live_blocks:
+            if blk.key != key or blk not in live:
                 raise AssertionError(f"{self.name}: attention key {key:#x} maps to a block "
-                                     f"with key {blk.key:#x} (live {blk in self.live_blocks})")
+                                     f"with key {blk.key:#x} (live {blk in live})")
         for key, ck in self.rec_index.items():
             if ck.key != key or self.live_ckpts.get(ck.ident) is not ck:
                 raise AssertionError(f"{self.name}: recurrent key {key:#x} maps to checkpoint "

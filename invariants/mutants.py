@@ -266,7 +266,7 @@ MUTANTS: list[Mutant] = [
     _m("make-free-inline-hold-kept", "reclaim", CO,
        "            holds[page] = 0  # pool.unhold", "            holds[page] = 1  # pool.unhold"),
     _m("make-free-inline-block-stays-live", "reclaim", CO,
-       "live.discard(blk)  # no holder", "pass  # no holder"),
+       "lost += 1  # no holder", "pass  # no holder"),
     _m("make-free-inline-owner-kept", "reclaim", CO,
        "            owners[page] = None\n            if pool.watcher is not None:  # pool.reclaim",
        "            pass\n            if pool.watcher is not None:  # pool.reclaim",
