@@ -654,14 +654,12 @@ class CachedOrganization(Organization):
         # index: it resets the count of the block's holders and of that key's waiters. So the
         # settled blocks are skipped: the old full scan would only ``continue`` over them.
         # Every block the loop passes is settled by it (so ``keyed`` counts them all).
-        # Block i ends at depth (i + 1) g_a: the blocks within ``computed`` are the first
-        # ``computed // g_a`` (of those the chain has a key for), so no depth test per block.
         blocks, chain, keyed = req.blocks, req.attn_chain, req.keyed
-        stop = min(len(blocks), len(chain), computed // self.attention_grid)
         pages, waiters = [], self.key_waiters
-        for blk, key in zip(blocks[keyed:stop], chain[keyed:stop], strict=True):
-            assert blk.depth <= computed, f"block {blk.page} at depth {blk.depth} in the " \
-                f"first {stop} of a {self.attention_grid}-token grid"
+        for blk, key in zip(blocks[keyed:], chain[keyed:], strict=False):  # the shorter one
+            if blk.depth > computed:
+                break
+            keyed += 1
             if blk.key:
                 continue  # already discoverable (published or adopted)
             if key in attn_index:  # another request's copy is discoverable
@@ -680,8 +678,7 @@ class CachedOrganization(Organization):
                 self._emit(EventKind.PUBLICATION, request_id=request_id,
                            preemption_count=req.preemptions, hash=key, depth=blk.depth,
                            state_kind=StateKind.ATTENTION, page=blk.page)
-        if stop > keyed:
-            req.keyed = stop  # every block the loop passed is settled
+        req.keyed = keyed
         if pages:
             blocks[0].pool.hold_many(pages)
             pages = []

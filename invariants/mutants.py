@@ -224,8 +224,7 @@ MUTANTS: list[Mutant] = [
        "        extra = extra_keys(None if cache_salt is None else str(len(cache_salt)))\n"),
     # -- publication -------------------------------------------------------------------------
     _m("publish-skips-closing-block", "publication", CO,
-       "min(len(blocks), len(chain), computed // self.attention_grid)",
-       "min(len(blocks), len(chain), (computed - 1) // self.attention_grid)"),
+       "if blk.depth > computed:", "if blk.depth >= computed:"),
     _m("publish-skips-closing-checkpoint", "publication", CO,
        "if b > req.computed:", "if b >= req.computed:"),
     _m("publish-duplicate-checkpoint", "publication", CO,
