@@ -108,7 +108,7 @@ class CachedOrganization(Organization):
         self.rec_index: dict[int, Checkpoint] = {}  # discoverable recurrent keys
         self.pins: dict[int, tuple[Checkpoint, str]] = {}  # ident -> (checkpoint, owner)
         self.demand: dict[int, set[str]] = {}  # recurrent key -> distinct requesters
-        self.live_blocks: set[Block] = set()  # blocks with storage
+        self.num_blocks = 0  # blocks with storage (each owns its page: see live_blocks)
         self.live_ckpts: dict[int, Checkpoint] = {}  # ident -> checkpoint with storage
         # attention key -> requests holding an unpublished block with that key, skipped by
         # publish because another copy is discoverable (they rescan when that copy is lost)
@@ -278,12 +278,12 @@ class CachedOrganization(Organization):
                 forget.append(blk)
         pool = blks[0].pool
         pool.decref_many(pages)
-        live, owners = self.live_blocks, self.owner[pool.name]
+        owners = self.owner[pool.name]
         for blk in forget:  # no holder and no key: forget it
             assert pool.is_free(blk.page), f"block on page {blk.page} forgotten while " \
                 "its page is not free; this indicates a reference or hold leak"
-            live.discard(blk)
             owners[blk.page] = None
+        self.num_blocks -= len(forget)
 
     def _conv_pages(self, ck: Checkpoint) -> list[int]:
         """The page carrying ``ck``'s conv state when it is not inside member 0."""
@@ -429,15 +429,15 @@ class CachedOrganization(Organization):
             self._make_free(apool, need.attention, request_id)
             self._make_free(rpool, need.recurrent, request_id)
         if n_blocks:
-            owners, live = self.owner[apool.name], self.live_blocks
+            owners = self.owner[apool.name]
             blocks, ga = req.blocks, self.attention_grid
             depth = len(blocks) * ga
             for page in apool.take_many(n_blocks):
                 depth += ga
                 blk = Block(apool, page, depth, 0, {request_id})
                 owners[page] = blk
-                live.add(blk)
                 blocks.append(blk)
+            self.num_blocks += n_blocks
         if bounds:
             live_ckpts, ckpts, new_checkpoint = self.live_ckpts, req.ckpts, self._new_checkpoint
             for b in bounds:
@@ -494,13 +494,49 @@ class CachedOrganization(Organization):
 
     # == reclaim and invalidation ==============================================================
     def _make_free(self, pool: PagePool, need: int, requester: str) -> None:
-        free, cached = pool._free, pool._cached  # read-only: the pool's own methods change them
+        """Reclaim LRU heads of ``pool`` until ``need`` pages are free.
+
+        A cached block's page (no holder, one hold: the block's key) takes the inline path,
+        :meth:`_reclaim` -> :meth:`_lose_block` -> ``unhold`` -> ``reclaim`` in one frame with
+        the same steps in the same order (index entry, waiters, LOSS event, hold, free deque,
+        forget, watcher); any other page (a checkpoint's, a slab, or a block in a state only a
+        bug reaches) goes through :meth:`_reclaim`.
+        """
+        free, cached = pool._free, pool._cached  # the pool's own: changed as its methods would
         reclaim, cause = self._reclaim, Cause.ALLOCATION
+        owners, holds, refs = self.owner[pool.name], pool._holds, pool._refs
+        attn_index, waiters, lost = self.attn_index, self.key_waiters, 0
         while len(free) < need:
             page = next(iter(cached), None)  # pool.oldest_cached(): the LRU head
             assert page is not None, f"pool {pool.name}: {pool.num_free} free, need {need}, " \
                 "nothing cached; this indicates can_allocate and allocate disagree"
-            reclaim(pool, page, cause, requester)
+            blk = owners[page]
+            if blk.__class__ is not Block or blk.holders or holds[page] != 1:
+                reclaim(pool, page, cause, requester)
+                continue
+            key = blk.key  # _lose_block
+            del attn_index[key]
+            blk.key = 0
+            if key in waiters:  # their copies of this key may publish now
+                requests = self.requests
+                for waiter in waiters.pop(key):
+                    held_by = requests.get(waiter)
+                    if held_by is not None:
+                        held_by.keyed = 0
+            if self._emitting:
+                self._emit(EventKind.LOSS, hash=key, depth=blk.depth,
+                           state_kind=StateKind.ATTENTION, page=page, cause=cause,
+                           requester=requester)
+            assert refs[page] == 0, f"pool {pool.name}: reclaim of cached page {page} with " \
+                f"{refs[page]} references; this indicates reclaiming protected storage"
+            holds[page] = 0  # pool.unhold: its last hold, no reference: cached -> free
+            del cached[page]
+            free.append(page)
+            lost += 1  # no holder: forget the block
+            owners[page] = None
+            if pool.watcher is not None:  # pool.reclaim (nothing left to drop)
+                pool.watcher(pool.name, page, "reclaim")
+        self.num_blocks -= lost
 
     def _detach(self, pool: PagePool, page: int) -> list[Block | Checkpoint]:
         """Cut ``page`` out of every entry stored on it; return those entries.
@@ -564,7 +600,7 @@ class CachedOrganization(Organization):
         if not blk.holders:  # forget it
             assert pool.is_free(blk.page), f"block on page {blk.page} forgotten while its " \
                 "page is not free; this indicates a reference or hold leak"
-            self.live_blocks.discard(blk)
+            self.num_blocks -= 1
             self.owner[pool.name][blk.page] = None
 
     def _lose_ckpt(self, ck: Checkpoint, cause: Cause, requester: str) -> None:
@@ -779,11 +815,17 @@ class CachedOrganization(Organization):
 
     # == accounting ============================================================================
     def held(self) -> Held:
-        return Held(len(self.live_blocks), len(self.live_ckpts),
+        return Held(self.num_blocks, len(self.live_ckpts),
                     self.slabs.num_slabs if self.slabs is not None else 0)
 
     def allocated_bytes(self) -> int:
         return sum((p.total - p.num_free) * self._unit_bytes(p) for p in self.pools())
+
+    @property
+    def live_blocks(self) -> set[Block]:
+        """The blocks with storage: the owner records that are blocks (a block owns exactly its
+        page from allocation until it is forgotten; :attr:`num_blocks` counts them)."""
+        return {e for owners in self.owner.values() for e in owners if e.__class__ is Block}
 
     def _expected_refs(self) -> dict[tuple[str, int], int]:
         refs: dict[tuple[str, int], int] = {}
@@ -819,11 +861,27 @@ class CachedOrganization(Organization):
             raise AssertionError(
                 f"{self.name}: {used} units not free != {xa} blocks + {xr} checkpoints x "
                 f"{per_ckpt} + {m} slabs = {xa + xr * per_ckpt + m}")
+        live = self.live_blocks
+        if len(live) != self.num_blocks:
+            raise AssertionError(f"{self.name}: {len(live)} blocks own a page, "
+                                 f"{self.num_blocks} counted")
         for key, blk in self.attn_index.items():
-            if blk.key != key or blk not in self.live_blocks:
+            if blk.key != key or blk not in live:
                 raise AssertionError(f"{self.name}: attention key {key:#x} maps to a block "
-                                     f"with key {blk.key:#x} (live {blk in self.live_blocks})")
+                                     f"with key {blk.key:#x} (live {blk in live})")
         for key, ck in self.rec_index.items():
             if ck.key != key or self.live_ckpts.get(ck.ident) is not ck:
                 raise AssertionError(f"{self.name}: recurrent key {key:#x} maps to checkpoint "
                                      f"{ck.ident} with key {ck.key:#x}")
+        for key in self.key_waiters:  # a waiter waits on a discoverable copy
+            if key not in self.attn_index:
+                raise AssertionError(f"{self.name}: requests {sorted(self.key_waiters[key])} "
+                                     f"wait on attention key {key:#x}, which is not indexed")
+        for pool in self.pools():  # an owner record exactly for the pages that are not free
+            owners = self.owner[pool.name]
+            stale = [p for p in range(pool.total) if (owners[p] is None) != pool.is_free(p)]
+            if stale:
+                p = stale[0]
+                raise AssertionError(f"{self.name} pool {pool.name}: {len(stale)} pages whose "
+                                     f"owner record disagrees with their state, first page {p} "
+                                     f"({pool.state(p)}, owner {owners[p]!r})")

@@ -21,7 +21,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
 
 # watcher(pool name, page, event): "ref0" (last reference dropped), "reclaim" (freed for reuse)
-# or "take" (handed out)
+# or "take" (handed out); called inside a batch, so the pool's counts may be unsettled
 Watcher = Callable[[str, int, str], None]
 
 
@@ -125,18 +125,20 @@ class PagePool:
     def decref_many(self, pages: Sequence[int]) -> None:
         """Drop one reference of each page, in order (the order pages reach the LRU)."""
         refs, holds, watcher = self._refs, self._holds, self.watcher
+        cached, free, unused = self._cached, self._free, 0
         for page in pages:
             assert refs[page] > 0, f"pool {self.name}: decref of page {page} with no " \
                 "reference; this indicates a double release"
             left = refs[page] = refs[page] - 1
             if left == 0:
-                self.num_in_use -= 1
+                unused += 1
                 if holds[page]:
-                    self._cached[page] = None  # most recently used end
+                    cached[page] = None  # most recently used end
                 else:
-                    self._free.append(page)
-                if watcher is not None:
+                    free.append(page)
+                if watcher is not None:  # (num_in_use is settled after the batch)
                     watcher(self.name, page, "ref0")
+        self.num_in_use -= unused
 
     def hold(self, page: int) -> None:
         """A discoverable entry now lives on ``page`` (which must be in use or cached)."""

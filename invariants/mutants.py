@@ -84,8 +84,8 @@ MUTANTS: list[Mutant] = [
     _m("release-blocks-shallowest-first", "release order", CO,
        "gone = blocks[::-1]  # deepest first", "gone = blocks[:]  # deepest first"),
     _m("lru-released-page-is-oldest", "release order", "hybridmem.page_pool",
-       "self._cached[page] = None  # most recently used end",
-       "self._cached[page] = None; self._cached.move_to_end(page, last=False)"),
+       "cached[page] = None  # most recently used end",
+       "cached[page] = None; cached.move_to_end(page, last=False)"),
     _m("lru-reclaims-newest", "release order", "hybridmem.page_pool",
        "return next(iter(self._cached), None)", "return next(reversed(self._cached), None)"),
     _m("make-free-reclaims-newest", "release order", CO,
@@ -132,7 +132,10 @@ MUTANTS: list[Mutant] = [
        "Cause.SLAB_RECLAIM if slab else cause", "cause", orgs=("S2",)),
     _m("block-loss-without-requester", "events", CO,
        "page=blk.page, cause=cause, requester=requester)", "page=blk.page, cause=cause, "
-       "requester=\"\")"),
+       "requester=\"\")",
+       equivalent="_lose_block is reached with a requester only through _reclaim from "
+                  "_make_free, which reclaims a cached block's page inline (see "
+                  "make-free-inline-loss-without-requester); evict and invalidate pass ''"),
     _m("eviction-cause-allocation", "events", CO,
        "self._reclaim(pool, page, Cause.EVICTION, \"\")",
        "self._reclaim(pool, page, Cause.ALLOCATION, \"\")"),
@@ -247,6 +250,34 @@ MUTANTS: list[Mutant] = [
     _m("s2-counts-room-of-cached-slabs", "allocation", "hybridmem.orgs",
        "room = self.slabs.free_slots(self.pool.refs)", "room = self.slabs.free_slots()",
        orgs=("S2",)),
+    # the inline block reclaim of _make_free (the LRU head is a cached block's page)
+    _m("make-free-inline-keeps-key", "reclaim", CO,
+       "            del attn_index[key]\n", "            attn_index.get(key)\n"),
+    _m("make-free-inline-waiters-kept", "reclaim", CO,
+       "for waiter in waiters.pop(key):", "for waiter in waiters.get(key, ()):"),
+    _m("make-free-inline-waiters-not-woken", "reclaim", CO,
+       "                    if held_by is not None:\n                        held_by.keyed = 0",
+       "                    if held_by is None:\n                        held_by.keyed = 0"),
+    _m("make-free-inline-loss-without-requester", "events", CO,
+       "state_kind=StateKind.ATTENTION, page=page, cause=cause,\n"
+       "                           requester=requester)",
+       "state_kind=StateKind.ATTENTION, page=page, cause=cause,\n"
+       "                           requester=\"\")"),
+    _m("make-free-inline-hold-kept", "reclaim", CO,
+       "            holds[page] = 0  # pool.unhold", "            holds[page] = 1  # pool.unhold"),
+    _m("make-free-inline-block-stays-live", "reclaim", CO,
+       "lost += 1  # no holder", "pass  # no holder"),
+    _m("make-free-inline-owner-kept", "reclaim", CO,
+       "            owners[page] = None\n            if pool.watcher is not None:  # pool.reclaim",
+       "            pass\n            if pool.watcher is not None:  # pool.reclaim",
+       equivalent="the organization reads a page's owner record only while the page is "
+                  "cached (_detach); a page _make_free frees is cached again only after a "
+                  "take, which overwrites the record"),
+    _m("make-free-inline-no-watcher", "reclaim", CO,
+       "pool.watcher(pool.name, page, \"reclaim\")", "pass",
+       equivalent="the watcher is a debug hook (None in production) that changes nothing; "
+                  "its 'take' call for the same page, when it is handed out, runs the same "
+                  "invalidate-before-reuse check"),
     _m("make-free-one-short", "allocation", CO,
        "        while len(free) < need:\n", "        while len(free) < need - 1:\n"),
     _m("evict-one-more", "allocation", CO,
@@ -280,6 +311,8 @@ MUTANTS: list[Mutant] = [
     # -- pools -------------------------------------------------------------------------------
     _m("incref-many-keeps-page-cached", "pools", "hybridmem.page_pool",
        "del cached[page]  # cached -> in use", "pass  # cached -> in use", orgs=SHARED),
+    _m("decref-many-in-use-not-counted", "pools", "hybridmem.page_pool",
+       "        self.num_in_use -= unused\n", "        pass\n"),
     _m("unhold-many-frees-page-in-use", "pools", "hybridmem.page_pool",
        "if left == 0 and refs[page] == 0:", "if left == 0:"),
     _m("d0-checkpoints-in-attention-pool", "pools", "hybridmem.dual_pools",
