@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import random
+
+import pyarrow as pa
+
 from hybridmem.events import Cause, Event, EventKind, StateKind
 from lineage import views
 from lineage.replay import compare, replay
@@ -54,3 +58,27 @@ class Lineage:
         a = self.agreement
         assert a.complete, f"SQL vs replay: {a.agree}/{a.episodes}, details " \
                            f"{a.details_agree}; first differences {a.disagreements}"
+
+
+def regressed(table: pa.Table, seed: int) -> pa.Table:
+    """``table`` with a quarter of its supply rows' steps sent back, set to -1 or (odd seeds)
+    NULL."""
+    steps = table.column("step").to_pylist()
+    kinds = table.column("kind").to_pylist()
+    rng = random.Random(seed)
+    for i, k in enumerate(kinds):
+        if k in ("publication", "loss") and rng.random() < 0.25:
+            r = rng.random()
+            steps[i] = -1 if r < 0.3 else None if r < 0.4 and seed % 2 else \
+                max(0, steps[i] - rng.randint(1, 3))
+    return table.set_column(table.column_names.index("step"), "step",
+                            pa.array(steps, pa.int64()))
+
+
+def repeated_seq_table() -> pa.Table:
+    """Two supply rows of one entry at the same seq (their window order is arbitrary)."""
+    table = events_to_table([pub(1, 0), loss(1, 0), enter("a", 1, [1], []), adopt("a", 2, 0)],
+                            S2)
+    seqs = table.column("seq").to_pylist()
+    seqs[1] = seqs[0]
+    return table.set_column(table.column_names.index("seq"), "seq", pa.array(seqs, pa.int64()))

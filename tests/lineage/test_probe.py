@@ -5,7 +5,6 @@ dense-id path; it steps aside (None, the SQL runs) where the sort would order ro
 from the view's window. Negative control: a probe that forgets the sentinel after an entry's last
 supply row gives different rows."""
 
-import random
 
 import pyarrow as pa
 import pytest
@@ -14,7 +13,7 @@ from lineage import entry_order, probe, views
 from lineage.synth import D0_SYNTH, SynthConfig, synthesize
 from lineage.table import events_to_table
 
-from .helpers import S2, adopt, enter, loss, pub
+from .helpers import S2, adopt, enter, loss, pub, regressed, repeated_seq_table
 from .test_agreement import _random_events
 
 
@@ -44,18 +43,7 @@ def sql_and_fast(table: pa.Table, parts: int = 1, done: dict | None = None
 
 
 def _regressed(seed: int) -> pa.Table:
-    """A random trace whose supply steps go back, are -1 or (odd seeds) NULL."""
-    table = events_to_table(_random_events(seed, S2), S2)
-    steps = table.column("step").to_pylist()
-    kinds = table.column("kind").to_pylist()
-    rng = random.Random(seed)
-    for i, k in enumerate(kinds):
-        if k in ("publication", "loss") and rng.random() < 0.25:
-            r = rng.random()
-            steps[i] = -1 if r < 0.3 else None if r < 0.4 and seed % 2 else \
-                max(0, steps[i] - rng.randint(1, 3))
-    return table.set_column(table.column_names.index("step"), "step",
-                            pa.array(steps, pa.int64()))
+    return regressed(events_to_table(_random_events(seed, S2), S2), seed)
 
 
 TABLES = {
@@ -131,12 +119,7 @@ def test_sentinel_fault_changes_the_rows(monkeypatch):
 def test_repeated_seq_of_one_entry_steps_aside():
     """Two supply rows of one entry at the same seq: the view's window orders them arbitrarily,
     so the probe returns None and the harness runs the SQL."""
-    table = events_to_table([pub(1, 0), loss(1, 0), enter("a", 1, [1], []), adopt("a", 2, 0)],
-                            S2)
-    seqs = table.column("seq").to_pylist()
-    seqs[1] = seqs[0]
-    table = table.set_column(table.column_names.index("seq"), "seq", pa.array(seqs, pa.int64()))
-    _, got = sql_and_fast(table)
+    _, got = sql_and_fast(repeated_seq_table())
     assert got is None
 
 

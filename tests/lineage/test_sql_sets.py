@@ -3,7 +3,6 @@ ASOF-join formulation, frozen) give the same rows in every public view, on varie
 random traces, including step regressions and supply rows of unknown step; a corrupted event
 changes the answer (negative control)."""
 
-import random
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -14,7 +13,7 @@ from lineage import views
 from lineage.synth import D0_SYNTH, SynthConfig, synthesize
 from lineage.table import events_to_table
 
-from .helpers import S2, adopt, enter, loss, pub
+from .helpers import S2, adopt, enter, loss, pub, regressed
 from .test_agreement import _random_events
 
 PUBLIC = ("episodes", "episode_lineage", "depth_changes", "class_counts", "run_summary",
@@ -68,17 +67,7 @@ def test_current_sql_equals_reference_on_random_traces(seed):
 def test_current_sql_equals_reference_with_step_regressions(seed):
     """Supply rows whose step goes back, is -1 or (odd seeds) NULL: the fast lookup must step
     aside (supply_ordered) and the general one give the reference's answer."""
-    table = events_to_table(_random_events(seed, S2), S2)
-    steps = table.column("step").to_pylist()
-    kinds = table.column("kind").to_pylist()
-    rng = random.Random(seed)
-    for i, k in enumerate(kinds):
-        if k in ("publication", "loss") and rng.random() < 0.25:
-            r = rng.random()
-            steps[i] = -1 if r < 0.3 else None if r < 0.4 and seed % 2 else \
-                max(0, steps[i] - rng.randint(1, 3))
-    table = table.set_column(table.column_names.index("step"), "step",
-                             pa.array(steps, pa.int64()))
+    table = regressed(events_to_table(_random_events(seed, S2), S2), seed)
     cur = assert_same(table)
     assert cur["table_checks"][0][-1] >= 0
 

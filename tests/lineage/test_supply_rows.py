@@ -8,9 +8,8 @@ import pyarrow.compute as pc
 import pytest
 
 from lineage import entry_order, supply, views
-from lineage.table import events_to_table
 
-from .helpers import S2, adopt, enter, loss, pub
+from .helpers import repeated_seq_table
 from .test_probe import TABLES, _sorted
 
 
@@ -73,10 +72,5 @@ def test_numbering_fault_changes_rows_and_report(monkeypatch):
 
 
 def test_repeated_seq_of_one_entry_steps_aside():
-    table = events_to_table([pub(1, 0), loss(1, 0), enter("a", 1, [1], []), adopt("a", 2, 0)],
-                            S2)
-    seqs = table.column("seq").to_pylist()
-    seqs[1] = seqs[0]
-    table = table.set_column(table.column_names.index("seq"), "seq", pa.array(seqs, pa.int64()))
-    _, got = sql_and_fast(table)
+    _, got = sql_and_fast(repeated_seq_table())
     assert got is None
