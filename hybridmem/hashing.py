@@ -40,7 +40,6 @@ both paths byte for byte with the straightforward per-chunk encoding.
 from __future__ import annotations
 
 import hashlib
-import importlib
 import os
 import struct
 from collections.abc import Callable, Sequence
@@ -48,6 +47,7 @@ from functools import lru_cache
 from typing import Any
 
 from hybridmem.events import StateKind
+from hybridmem.extensions import load_extension
 from hybridmem.names import ENV_HASH_PURE
 
 ExtraKey = str | int | bytes
@@ -66,15 +66,7 @@ def load_compiled(name: str = "hybridmem._chash") -> tuple[Any, str | None]:
     (any value but "" and "0")."""
     if os.environ.get(ENV_HASH_PURE, "") not in ("", "0"):
         return None, f"{ENV_HASH_PURE} is set"
-    try:
-        mod = importlib.import_module(name)
-    except ImportError as exc:  # not built (no compiler at install time), or another ABI
-        return None, f"{name} not importable ({exc})"
-    found = getattr(mod, "API_VERSION", None)
-    if found != _CHASH_API:
-        return None, (f"{name} is a stale build (API {found}, expected {_CHASH_API}): rebuild it "
-                      "with pip install -e .")
-    return mod, None
+    return load_extension(name, _CHASH_API)
 
 
 _chash, UNAVAILABLE = load_compiled()

@@ -6,9 +6,10 @@ rebuild with ``pip install -e .`` (``make`` does when ``tracer/_ctrace.c`` chang
 from __future__ import annotations
 
 import functools
-import importlib
 import os
 from typing import Any
+
+from hybridmem.extensions import load_extension
 
 API_VERSION = 3  # tracer/_ctrace.c CTRACE_API_VERSION: bump both on any interface change
 PURE_ENV = "HYBRIDMEM_TRACER_PURE"  # any value but "" and "0": no compiled code
@@ -22,12 +23,4 @@ def pure_forced() -> bool:
 @functools.cache
 def load() -> tuple[Any, str | None]:
     """(the module, None), or (None, why it cannot be used)."""
-    try:
-        mod = importlib.import_module("tracer._ctrace")
-    except ImportError as exc:  # not built (no compiler at install time), or another ABI
-        return None, f"tracer._ctrace not importable ({exc})"
-    found = getattr(mod, "API_VERSION", None)
-    if found != API_VERSION:
-        return None, (f"tracer._ctrace is a stale build (API {found}, expected {API_VERSION}): "
-                      "rebuild it with pip install -e .")
-    return mod, None
+    return load_extension("tracer._ctrace", API_VERSION)
