@@ -165,9 +165,10 @@ def test_campaign_in_process_resume_and_stats(tmp_path: Path,
     assert stats[0]["contrast"] == "S2/S1" and stats[0]["n"] == 2
     cells = sorted((out / "cells").iterdir())
     stamps = {p.name: (p / "summary.json").stat().st_mtime_ns for p in cells}
-    # resume: nothing reruns ...
-    assert main(["campaign", str(spec), "--out", str(out), "--no-plots"]) == 0
+    # resume: nothing reruns (the figures are drawn from the stored cells) ...
+    assert main(["campaign", str(spec), "--out", str(out)]) == 0
     assert "0 to run" in capsys.readouterr().err
+    assert list((out / "figures").glob("fig2_*.png"))
     assert stamps == {p.name: (p / "summary.json").stat().st_mtime_ns for p in cells}
     # ... and (negative control) a removed cell and a new seed are exactly what runs
     import shutil
@@ -191,6 +192,8 @@ def worker_campaign(traced_s2: dict, tmp_path_factory: pytest.TempPathFactory) -
     return root
 
 
+@pytest.mark.slow  # ~50 s (two worker processes each import vLLM): the default suite's
+# 10-minute budget; the in-process campaign above covers the cells, resume and figures
 def test_campaign_two_local_workers(worker_campaign: Path) -> None:
     out = worker_campaign / "out"
     rows = pq.read_table(out / "runs.parquet").to_pylist()
