@@ -45,14 +45,14 @@ def small_pages() -> Iterator[None]:
         setter(before)
 
 
-def _np(col: pa.ChunkedArray | pa.Array, dtype: type, fill: int = 0) -> np.ndarray:
+def as_numpy(col: pa.ChunkedArray | pa.Array, dtype: type, fill: int = 0) -> np.ndarray:
     arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
     if arr.null_count:
         arr = pc.fill_null(arr, bool(fill) if pa.types.is_boolean(arr.type) else fill)
     return np.asarray(arr.to_numpy(zero_copy_only=False), dtype=dtype)
 
 
-def _valid(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
+def valid_mask(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
     arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
     if not arr.null_count:
         return np.ones(len(arr), bool)

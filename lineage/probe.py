@@ -26,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lineage.entry_order import _np, _valid, entry_order
+from lineage.entry_order import as_numpy, entry_order, valid_mask
 
 # the entries and their flattened chain positions, kept in ``done`` across key partitions
 _ENTRIES, _POSITIONS = "#probe entries", "#probe chain positions"
@@ -42,7 +42,7 @@ def _chain_positions(entries: pa.Table, ga: int, gr: int) -> dict[str, np.ndarra
     """The ``_chain`` view's rows as columns (NULL keys dropped, as the view's
     ``hash % parts = part`` drops them)."""
     rec_len = pc.list_value_length(entries["recurrent_chain"]).combine_chunks()
-    rec_len_np = _np(rec_len, np.int64)
+    rec_len_np = as_numpy(rec_len, np.int64)
     out: dict[str, list[np.ndarray]] = {k: [] for k in
                                         ("row", "is_rec", "pos", "hash", "end", "reach")}
     for is_rec, col in ((False, "chain"), (True, "recurrent_chain")):
@@ -53,8 +53,8 @@ def _chain_positions(entries: pa.Table, ga: int, gr: int) -> dict[str, np.ndarra
         flat = pc.list_flatten(lists)
         offsets = np.asarray(lists.offsets.to_numpy(), np.int64)
         pos = np.arange(len(flat), dtype=np.int64) + offsets[0] - offsets[parent]
-        keep = _valid(flat)
-        hashes = _np(flat, np.uint64)
+        keep = valid_mask(flat)
+        hashes = as_numpy(flat, np.uint64)
         if not keep.all():
             parent, pos, hashes = parent[keep], pos[keep], hashes[keep]
         grid = gr if is_rec else ga
@@ -90,8 +90,8 @@ def probe_rows(con: duckdb.DuckDBPyConnection, done: dict[str, pa.Table] | None 
     if done is not None and "_supply" in done:  # computed in Python: read in place
         sup = done["_supply"].select(wanted)
         if parts > 1:
-            keep = _np(sup["hash"], np.uint64) % np.uint64(parts) == np.uint64(part)
-            keep &= _valid(sup["hash"])
+            keep = as_numpy(sup["hash"], np.uint64) % np.uint64(parts) == np.uint64(part)
+            keep &= valid_mask(sup["hash"])
             sup = sup.filter(pa.array(keep))
         elif sup["hash"].null_count:
             sup = sup.filter(pc.is_valid(sup["hash"]))
@@ -103,7 +103,7 @@ def probe_rows(con: duckdb.DuckDBPyConnection, done: dict[str, pa.Table] | None 
         return None
     if done is not None and _ENTRIES in done:  # an earlier partition's
         ent, c_all = done[_ENTRIES], done[_POSITIONS]
-        c = {k: _np(c_all[k], bool if k in ("is_rec", "reach") else
+        c = {k: as_numpy(c_all[k], bool if k in ("is_rec", "reach") else
                     np.uint64 if k == "hash" else np.int64) for k in c_all.column_names}
     else:
         ent = con.sql(
@@ -123,10 +123,10 @@ def probe_rows(con: duckdb.DuckDBPyConnection, done: dict[str, pa.Table] | None 
         c = {k: v[keep] for k, v in c.items()}
     row = c["row"]
     nc, m = len(row), sup.num_rows
-    s_rec = _np(sup["is_rec"], bool)
-    s_hash = _np(sup["hash"], np.uint64)
-    s_seq = _np(sup["seq"], np.int64)
-    e_seq = _np(ent["entry_seq"], np.int64)[row]
+    s_rec = as_numpy(sup["is_rec"], bool)
+    s_hash = as_numpy(sup["hash"], np.uint64)
+    s_seq = as_numpy(sup["seq"], np.int64)
+    e_seq = as_numpy(ent["entry_seq"], np.int64)[row]
     sorted_ = entry_order(np.concatenate([s_rec, c["is_rec"]]),
                           np.concatenate([s_hash, c["hash"]]),
                           np.concatenate([s_seq, e_seq]), m)
@@ -161,9 +161,9 @@ def probe_rows(con: duckdb.DuckDBPyConnection, done: dict[str, pa.Table] | None 
     has[ci] = has_o
     jj = np.empty(nc, np.int64)
     jj[ci] = j
-    s_pub = _np(sup["is_pub"], bool)[sup_order] if m else np.zeros(1, bool)
-    s_step = _np(sup["step"], np.int64)[sup_order] if m else np.zeros(1, np.int64)
-    s_step_ok = _valid(sup["step"])[sup_order] if m else np.zeros(1, bool)
+    s_pub = as_numpy(sup["is_pub"], bool)[sup_order] if m else np.zeros(1, bool)
+    s_step = as_numpy(sup["step"], np.int64)[sup_order] if m else np.zeros(1, np.int64)
+    s_step_ok = valid_mask(sup["step"])[sup_order] if m else np.zeros(1, bool)
     sk_full = sk if m else np.zeros(1, np.int64)
     j = np.where(has, jj, 0)
     jm = np.where(n > 0, jj - 1, 0)  # row n
@@ -171,11 +171,11 @@ def probe_rows(con: duckdb.DuckDBPyConnection, done: dict[str, pa.Table] | None 
         valid_entry = has & (n > 0) & s_pub[jm]
     else:
         valid_entry = (n > 0) & s_pub[jm]
-    win = _np(ent["has_window"], bool, 0)[row] & _valid(ent["has_window"])[row]
-    a_seq_ok = win & _valid(ent["adopt_seq"])[row]
-    a_seq = _np(ent["adopt_seq"], np.int64)[row]
-    a_step_raw = _np(ent["adopt_step"], np.int64, -1)[row]
-    a_step_ok = win & _valid(ent["adopt_step"])[row] & (a_step_raw >= 0)
+    win = as_numpy(ent["has_window"], bool, 0)[row] & valid_mask(ent["has_window"])[row]
+    a_seq_ok = win & valid_mask(ent["adopt_seq"])[row]
+    a_seq = as_numpy(ent["adopt_seq"], np.int64)[row]
+    a_step_raw = as_numpy(ent["adopt_step"], np.int64, -1)[row]
+    a_step_ok = win & valid_mask(ent["adopt_step"])[row] & (a_step_raw >= 0)
     s_seq_o = s_seq[sup_order] if m else np.zeros(1, np.int64)
     nx_seq, nx_step, nx_pub = s_seq_o[j], s_step[j], s_pub[j]
     nx_step_ok = s_step_ok[j]
@@ -201,7 +201,7 @@ def probe_rows(con: duckdb.DuckDBPyConnection, done: dict[str, pa.Table] | None 
            | (nx_step_ok & (nx_step == a_step_raw)
               & ((nx_pub & other) | ~next_ok | (next_step != a_step_raw)))))
     settled = exact_ok & step_ok
-    ep = _np(ent["ep"], np.int64)[row]
+    ep = as_numpy(ent["ep"], np.int64)[row]
     return pa.table({
         "ep": pa.array(ep, pa.int64()),
         "is_rec": pa.array(c["is_rec"]),
@@ -242,24 +242,24 @@ def chain_validity_rows(con: duckdb.DuckDBPyConnection, done: dict[str, pa.Table
         "valid_m1": pc.if_else(has_step, pc.or_(valid, p["next_published_by_other"]),
                                null_bool),
     }
-    unsettled = np.flatnonzero(~_np(p["settled"], bool))
+    unsettled = np.flatnonzero(~as_numpy(p["settled"], bool))
     if len(unsettled) and not _FAULT_SKIP_REST:
         rest = con.sql("SELECT * FROM _chain_rest").to_arrow_table()
         if rest.num_rows != len(unsettled):
             return None
-        ep_all, pos_all = _np(p["ep"], np.int64), _np(p["pos"], np.int64)
-        rec_all = _np(p["is_rec"], bool)
+        ep_all, pos_all = as_numpy(p["ep"], np.int64), as_numpy(p["pos"], np.int64)
+        rec_all = as_numpy(p["is_rec"], bool)
         mine = unsettled[np.lexsort((pos_all[unsettled], rec_all[unsettled], ep_all[unsettled]))]
-        theirs = np.lexsort((_np(rest["pos"], np.int64), _np(rest["is_rec"], bool),
-                             _np(rest["ep"], np.int64)))
+        theirs = np.lexsort((as_numpy(rest["pos"], np.int64), as_numpy(rest["is_rec"], bool),
+                             as_numpy(rest["ep"], np.int64)))
         for k, mine_k in (("ep", ep_all), ("is_rec", rec_all), ("pos", pos_all)):
-            if not np.array_equal(mine_k[mine], _np(rest[k], mine_k.dtype.type)[theirs]):
+            if not np.array_equal(mine_k[mine], as_numpy(rest[k], mine_k.dtype.type)[theirs]):
                 return None
         for name in ("valid_exact", "supply_before_adopt", "valid_m0", "valid_m1"):
             typ = pa.int64() if name == "supply_before_adopt" else pa.bool_()
-            full = _np(cols[name], np.int64 if typ == pa.int64() else bool).copy()
-            ok = _valid(cols[name])
-            full[mine] = _np(rest[name], full.dtype.type)[theirs]
-            ok[mine] = _valid(rest[name])[theirs]
+            full = as_numpy(cols[name], np.int64 if typ == pa.int64() else bool).copy()
+            ok = valid_mask(cols[name])
+            full[mine] = as_numpy(rest[name], full.dtype.type)[theirs]
+            ok[mine] = valid_mask(rest[name])[theirs]
             cols[name] = pa.array(full, typ, mask=~ok)
     return pa.table(cols)

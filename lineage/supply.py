@@ -18,7 +18,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from lineage.entry_order import _np, _valid, entry_order
+from lineage.entry_order import as_numpy, entry_order, valid_mask
 
 
 def supply_rows(con: duckdb.DuckDBPyConnection, done: dict[str, pa.Table] | None = None
@@ -28,8 +28,8 @@ def supply_rows(con: duckdb.DuckDBPyConnection, done: dict[str, pa.Table] | None
     m = rows.num_rows
     if not m or rows["seq"].null_count or rows["hash"].null_count or rows["is_rec"].null_count:
         return None
-    seq = _np(rows["seq"], np.int64)
-    sorted_ = entry_order(_np(rows["is_rec"], bool), _np(rows["hash"], np.uint64),
+    seq = as_numpy(rows["seq"], np.int64)
+    sorted_ = entry_order(as_numpy(rows["is_rec"], bool), as_numpy(rows["hash"], np.uint64),
                           seq.copy(), 0)
     if sorted_ is None:
         return None
@@ -44,9 +44,9 @@ def supply_rows(con: duckdb.DuckDBPyConnection, done: dict[str, pa.Table] | None
     idx = np.arange(m, dtype=np.int64)
     start = np.where(first, idx, 0)
     np.maximum.accumulate(start, out=start)
-    pub = _np(rows["is_pub"], bool)[order]
-    step = _np(rows["step"], np.int64)[order]
-    step_ok = _valid(rows["step"])[order]
+    pub = as_numpy(rows["is_pub"], bool)[order]
+    step = as_numpy(rows["step"], np.int64)[order]
+    step_ok = valid_mask(rows["step"])[order]
     before = np.zeros(m, bool)
     before[1:] = pub[:-1]
     before[first] = False
