@@ -146,25 +146,22 @@ def hash_chain_pair(token_ids: Sequence[int], attention_grid: int, recurrent_gri
                     extra: Sequence[ExtraKey] = ()) -> tuple[list[int], list[int]]:
     """``(hash_chain(ATTENTION, t, attention_grid, extra), hash_chain(RECURRENT, t,
     recurrent_grid, extra))``, the same keys, with the token ids packed once for both."""
-    if attention_grid > 0 and recurrent_grid > 0 and _compiled is not None:
-        try:
-            n = len(token_ids)
-            return _compiled_pair(
-                token_ids, _ATTENTION, attention_grid, n // attention_grid, _RECURRENT,
-                recurrent_grid, n // recurrent_grid, _encode_extra(tuple(extra)))
-        except Exception:  # not for the compiled path: the Python paths below decide
-            pass
     if attention_grid > 0 and recurrent_grid > 0:
-        try:
+        try:  # bad input raises here or below: the two chains at the end raise what they raise
             n = len(token_ids)
             ca, cr = n // attention_grid, n // recurrent_grid
+            tail = _encode_extra(tuple(extra))
+            if _compiled is not None:
+                try:
+                    return _compiled_pair(token_ids, _ATTENTION, attention_grid, ca, _RECURRENT,
+                                          recurrent_grid, cr, tail)
+                except Exception:  # not for the compiled path: the Python path decides
+                    pass
             used = max(ca * attention_grid, cr * recurrent_grid)
             raw = _tokens_packer(used)(*token_ids[:used])
-            tail = _encode_extra(tuple(extra))
-            return (_chain_over(int(StateKind.ATTENTION), raw, attention_grid, tail, NO_HASH, ca),
-                    _chain_over(int(StateKind.RECURRENT), raw, recurrent_grid, tail, NO_HASH,
-                                cr))
-        except Exception:  # bad input: the two chains below raise what they raise
+            return (_chain_over(_ATTENTION, raw, attention_grid, tail, NO_HASH, ca),
+                    _chain_over(_RECURRENT, raw, recurrent_grid, tail, NO_HASH, cr))
+        except Exception:
             pass
     return (hash_chain(StateKind.ATTENTION, token_ids, attention_grid, extra),
             hash_chain(StateKind.RECURRENT, token_ids, recurrent_grid, extra))
