@@ -45,7 +45,6 @@ EVENT_DTYPE = np.dtype([
 ])
 assert EVENT_DTYPE.itemsize == fmt.EVENT.size, "EVENT_DTYPE out of step with tracer.format.EVENT"
 _COUNTS = struct.Struct("<II")  # n_chain, n_recurrent_chain at offset 92 of an event record
-_WIDTH = np.arange(fmt.EVENT.size)
 
 _ENUMS: dict[str, Any] = {"kind": EventKind, "state_kind": StateKind, "cause": Cause,
                           "outcome": Outcome}
@@ -256,8 +255,8 @@ class ColumnParser:
         raw = np.frombuffer(content, dtype=np.uint8)
         if k and offs[-1] == (k - 1) * fmt.EVENT.size:  # only plain events, back to back
             rows = raw[:k * fmt.EVENT.size].view(EVENT_DTYPE)
-        else:
-            rows = raw[offs[:, None] + _WIDTH].view(EVENT_DTYPE).reshape(k)
+        else:  # one 100-byte window per record start (a view), gathered row by row
+            rows = _windows(raw, fmt.EVENT.size)[offs].view(EVENT_DTYPE).reshape(k)
         if k and not np.array_equal(rows["seq"], np.arange(first_seq, first_seq + k,
                                                             dtype=np.uint64)):
             raise _Malformed("event seq or chain length wrong")
@@ -360,7 +359,9 @@ def _merge(packets: list[_Packet]) -> _Packet | None:
         return None
     if len(packets) == 1:
         return packets[0]
-    return _Packet(np.concatenate([p.rows for p in packets]),
+    # as bytes: concatenating the structured rows field by field costs ~10x more
+    rows = np.concatenate([p.rows.view(np.uint8) for p in packets]).view(EVENT_DTYPE)
+    return _Packet(rows,
                    np.concatenate([p.chains for p in packets]),
                    np.concatenate([p.rchains for p in packets]),
                    np.concatenate([p.rid for p in packets]),
@@ -381,12 +382,19 @@ def _hashes(content: bytes, spans: list[tuple[int, int, int]]) -> tuple[np.ndarr
     within = np.arange(count, dtype=np.int64) - first   # position inside its span
     pos = np.repeat(off, total) + 8 * within
     raw = np.frombuffer(content, dtype=np.uint8)
-    values = raw[pos[:, None] + _U64_BYTES].view("<u8").reshape(count).astype(np.uint64)
+    values = _windows(raw, 8)[pos].view("<u8").reshape(count).astype(np.uint64)
     in_chain = within < np.repeat(n_chain, total)
     return values[in_chain], values[~in_chain]
 
 
-_U64_BYTES = np.arange(8, dtype=np.int64)
+def _windows(raw: np.ndarray, width: int) -> np.ndarray:
+    """Every ``width``-byte window of ``raw`` as a read-only ``(len - width + 1, width)`` view:
+    indexing it with start offsets copies just those records (an offset whose record would run
+    past the end is out of range, so it raises instead of reading past ``raw``)."""
+    if len(raw) < width:
+        return np.zeros((0, width), dtype=np.uint8)
+    return np.lib.stride_tricks.as_strided(raw, shape=(len(raw) - width + 1, width),
+                                           strides=(1, 1), writeable=False)
 
 
 def _lists(lengths: np.ndarray, values: np.ndarray) -> pa.Array:

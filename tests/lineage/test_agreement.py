@@ -110,3 +110,28 @@ def test_sampled_replay_equals_the_full_replay_on_its_episodes():
                                       value_set=pa.array(["waiting_entry", "adoption"]))))
     assert any(replay_row(bare.episodes[k]) != replay_row(full.episodes[k]) for k in keys)
     assert not compare(rows, bare, requests=chosen).complete
+
+
+def _ranked_sample(ids, limit):
+    """The sample's definition: the ``limit`` smallest (CRC-32, id) pairs."""
+    import zlib
+
+    return frozenset(sorted(ids, key=lambda r: (zlib.crc32(r.encode()), r))[:limit])
+
+
+def test_sample_requests_is_the_smallest_crc_then_id():
+    from lineage.replay import sample_requests
+
+    rng = random.Random(11)
+    # 'plumless' and 'buckeroo' share a CRC-32: the cut falls inside a tie in some draws
+    for _ in range(200):
+        ids = [f"r{rng.randint(0, 10 ** rng.randint(1, 5))}" for _ in range(rng.randint(1, 300))]
+        ids += ["plumless", "buckeroo"] + rng.sample(ids, min(len(ids), rng.randint(0, 20)))
+        limit = rng.randint(1, 320)
+        assert sample_requests(ids, limit) == _ranked_sample(ids, limit)
+    # negative control: ties broken the other way pick a different set at the tie
+    tie = ["plumless", "buckeroo"]
+    assert sample_requests(tie, 1) == {"buckeroo"}
+    assert frozenset(sorted(tie, reverse=True)[:1]) != sample_requests(tie, 1)
+    with pytest.raises(ValueError, match="limit"):
+        sample_requests(tie, 0)
