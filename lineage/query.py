@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 import duckdb
@@ -38,6 +38,11 @@ class QueryError(HybridMemError):
 class QueryResult:
     columns: list[str]
     rows: Iterator[tuple[object, ...]]
+    stop: Callable[[], None] = lambda: None  # stops the statement timer (and waits for it)
+
+    def close(self) -> None:
+        """Stop the timer: the rows are done with (read to the end or not)."""
+        self.stop()
 
 
 def _first_line(exc: BaseException) -> str:
@@ -105,6 +110,14 @@ def run_query(con: duckdb.DuckDBPyConnection, sql: str, *, allow_files: bool = F
     timer.daemon = True
     timer.start()
 
+    def stop_timer() -> None:
+        # joined, not only cancelled: the timer's function holds ``con``, and a timer thread
+        # still ending at interpreter exit could drop the last reference there and run
+        # DuckDB's destructor in a thread being torn down (abort, exit status 134)
+        timer.cancel()
+        if timer is not threading.current_thread():
+            timer.join()
+
     def failed(exc: BaseException) -> QueryError:
         if timed_out.is_set():
             return QueryError(f"--sql ran past the {timeout_s:g} s statement timeout "
@@ -115,7 +128,7 @@ def run_query(con: duckdb.DuckDBPyConnection, sql: str, *, allow_files: bool = F
         rel = con.execute(sql)
         columns = [d[0] for d in rel.description] if rel.description else []
     except (duckdb.Error, RuntimeError) as exc:
-        timer.cancel()
+        stop_timer()
         raise failed(exc) from None
 
     def rows() -> Iterator[tuple[object, ...]]:
@@ -130,6 +143,6 @@ def run_query(con: duckdb.DuckDBPyConnection, sql: str, *, allow_files: bool = F
         except (duckdb.Error, RuntimeError) as exc:
             raise failed(exc) from None
         finally:
-            timer.cancel()
+            stop_timer()
 
-    return QueryResult(columns, rows())
+    return QueryResult(columns, rows(), stop_timer)

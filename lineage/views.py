@@ -27,6 +27,7 @@ from lineage.sql_files import (
     SQL_SETS,
     creation_order,
     load_sql,
+    mentioned,
     public_views,
     sql_names,
 )
@@ -35,7 +36,8 @@ from lineage.table import LINEAGE_COLUMNS, RunMeta, check_columns, table_meta
 from tracer.schema import arrow_schema
 
 __all__ = ["EVENTS", "PARAMS", "SQL_DIR", "SQL_SETS", "connect", "connect_parquet",
-           "create_views", "creation_order", "describe_views", "load_sql", "public_views",
+           "create_views", "creation_order", "describe_views", "load_sql", "mentioned",
+           "public_views",
            "sql_names"]
 
 EVENTS = "events"
@@ -86,8 +88,9 @@ _IDENT = re.compile(r"^[a-z_][a-z0-9_]*$")
 def create_views(con: duckdb.DuckDBPyConnection, meta: RunMeta,
                  materialize: tuple[str, ...] = (), sql: str = "current",
                  on_view: Callable[[str], None] | None = None, parts: int = 1,
-                 accelerate: bool = True) -> None:
-    """Bind the grids into ``_params`` and create every view (the table ``events`` must exist).
+                 accelerate: bool = True, only: frozenset[str] | None = None) -> None:
+    """Bind the grids into ``_params`` and create every view (the table ``events`` must exist;
+    ``only``: just those views and what they read, see :func:`creation_order`).
 
     Names in ``materialize`` become tables holding the view's rows, swapped in under the same
     name once computed; the views after them then read the table. Their column comments are
@@ -105,7 +108,7 @@ def create_views(con: duckdb.DuckDBPyConnection, meta: RunMeta,
                          f"({PARTITIONED_SETS[sql]})")
     arrow_rows: dict[str, pa.Table] = {}
     deferred: dict[str, str] = {}  # reader -> its scratch view, renamed <scratch>__sql
-    for name in creation_order(sql):
+    for name in creation_order(sql, only):
         stmts = con.extract_statements(load_sql(name, sql))
         for i, st in enumerate(stmts):
             if name == PARAMS and i == 0:
@@ -175,7 +178,8 @@ def connect(table: pa.Table, meta: RunMeta | None = None, *, source: str = "tabl
             copy: bool | None = None, materialize: bool = False, threads: int | None = None,
             memory_limit: str | None = None, sql: str = "current",
             on_view: Callable[[str], None] | None = None,
-            parts: int = 1, accelerate: bool = True) -> duckdb.DuckDBPyConnection:
+            parts: int = 1, accelerate: bool = True, only: frozenset[str] | None = None
+            ) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB connection with ``events`` and every lineage view. ``table`` needs
     the :data:`lineage.table.LINEAGE_COLUMNS` (``events`` holds whatever columns it has).
 
@@ -185,12 +189,13 @@ def connect(table: pa.Table, meta: RunMeta | None = None, *, source: str = "tabl
     scans for ``materialize``: the heavy views read ``events`` four times, each only the columns
     and rows it needs, which over 1M events costs ~0.05 CPU-s against ~0.5 for the full copy
     (strings and hash chains included). ``materialize`` computes the :data:`HEAVY` views once
-    into tables (for reports that read several views); leave it off for ad-hoc queries of one
-    view. ``threads`` defaults, when materializing, to 1 for tables of at most
+    into tables (for reports that read several views, and for ``lineage query`` with
+    ``only``: planning a public view over the nested SQL costs seconds even on a tiny
+    table). ``threads`` defaults, when materializing, to 1 for tables of at most
     :data:`SINGLE_THREAD_EVENTS` rows, else to DuckDB's default. ``meta`` defaults to the
     table's own ``hybridmem.meta``. ``sql`` names the SQL set (:data:`SQL_SETS`); ``on_view``
     see :func:`create_views` (it is also called with ``events`` once the table is loaded), and
-    ``parts`` and ``accelerate`` too.
+    ``parts``, ``accelerate`` and ``only`` too.
     """
     sql_names(sql)  # an unknown set is a ValueError before any work
     check_columns(table, source, LINEAGE_COLUMNS)
@@ -210,8 +215,10 @@ def connect(table: pa.Table, meta: RunMeta | None = None, *, source: str = "tabl
         con.execute(f"CREATE VIEW {EVENTS} AS SELECT * FROM _events_arrow")
     if on_view is not None:
         on_view(EVENTS)
-    create_views(con, meta, HEAVY_SETS[sql] if materialize else (), sql, on_view, parts,
-                 accelerate)
+    heavy = HEAVY_SETS[sql] if materialize else ()
+    if only is not None:
+        heavy = tuple(n for n in heavy if n in creation_order(sql, only))
+    create_views(con, meta, heavy, sql, on_view, parts, accelerate, only)
     return con
 
 
