@@ -45,7 +45,8 @@ def test_array_form_depths_and_clear():
         ("publication", 13, 48, 1, "none"), ("loss", 11, 16, 1, "eviction"),
         ("loss", 12, 32, 2, "invalidation"), ("loss", 13, 48, 2, "invalidation")]
     assert table.column("ts_ns").to_pylist()[0] == 1_500_000_000
-    con = views.connect(table)
+    # only the two views read, their heavy views as tables (all views unmaterialized: ~8 s)
+    con = views.connect(table, only=frozenset({"run_summary", "table_checks"}), materialize=True)
     s = con.sql("SELECT episodes, publications, losses FROM run_summary").fetchall()
     assert s == [(0, 3, 3)]
     checks = con.sql("SELECT seq_gaps, duplicate_seqs FROM table_checks").fetchall()
@@ -62,7 +63,7 @@ def test_map_form_hybrid_groups_and_medium_filter():
         {"kind": "publication", "hash": hash64(h[1]), "state_kind": "attention", "depth": 32},
         {"kind": "publication", "hash": hash64(h[1]), "state_kind": "recurrent", "depth": 32},
         {"kind": "loss", "hash": hash64(h[1]), "state_kind": "recurrent", "depth": 32}]
-    con = views.connect(table)
+    con = views.connect(table, only=frozenset({"_params"}))
     grids = con.sql("SELECT attention_grid_tokens, recurrent_grid_tokens FROM _params").fetchall()
     assert grids == [(16, 32)]
 
