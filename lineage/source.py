@@ -83,11 +83,12 @@ def open_run(path: str | Path, allow_unverified: bool = False,
     else:
         from tracer import events_table
 
-        # one pass: the table carries the reader's verdict in its metadata
-        table = events_table(str(p))
-        check_columns(table, str(p))
+        # one pass: the table carries the reader's verdict in its metadata; a binary trace
+        # always has every column, so only ``columns`` are decoded
+        table = events_table(str(p), columns)
+        check_columns(table, str(p), columns)
         if columns is not None:
-            table = table.select(list(columns))
+            table = table.select(list(columns))  # in the caller's order, as from Parquet
         meta = table_meta(table, str(p))
         verified, reason = _meta_verdict(meta)
         if not verified and not allow_unverified:

@@ -48,7 +48,6 @@ _COUNTS = struct.Struct("<II")  # n_chain, n_recurrent_chain at offset 92 of an 
 
 _ENUMS: dict[str, Any] = {"kind": EventKind, "state_kind": StateKind, "cause": Cause,
                           "outcome": Outcome}
-_INT_COLUMNS = ("step", "preemption_count", "hash", "depth", "page", "line", "need", "free")
 
 
 def _valid(enum: Any, exclude: tuple[int, ...] = ()) -> np.ndarray:
@@ -313,22 +312,32 @@ class ColumnParser:
                  for u in enc.dictionary.to_pylist()]
         return pa.array(texts, pa.string()).take(enc.indices)
 
-    def _batch(self, p: _Packet) -> pa.RecordBatch:
+    def _column(self, name: str, p: _Packet) -> pa.Array:
         import pyarrow as pa
 
         r = p.rows
-        cols: dict[str, Any] = {"seq": pa.array(r["seq"].astype(np.int64)),
-                                "ts_ns": pa.array(np.ascontiguousarray(r["ts_ns"]))}
-        for name in _ENUMS:
-            cols[name] = _NAMES[name].take(pa.array(r[name].astype(np.int32)))
-        for name in _INT_COLUMNS:
-            cols[name] = pa.array(np.ascontiguousarray(r[name]))
-        cols["request_id"] = self._text(p.rid)
-        cols["requester"] = self._text(p.qid)
-        cols["chain"] = _lists(r["n_chain"], p.chains)
-        cols["recurrent_chain"] = _lists(r["n_recurrent_chain"], p.rchains)
+        if name == "seq":
+            return pa.array(r["seq"].astype(np.int64))
+        if name in _ENUMS:
+            return _NAMES[name].take(pa.array(r[name].astype(np.int32)))
+        if name == "request_id":
+            return self._text(p.rid)
+        if name == "requester":
+            return self._text(p.qid)
+        if name == "chain":
+            return _lists(r["n_chain"], p.chains)
+        if name == "recurrent_chain":
+            return _lists(r["n_recurrent_chain"], p.rchains)
+        return pa.array(np.ascontiguousarray(r[name]))  # ts_ns and the integer fields
+
+    def _batch(self, p: _Packet) -> pa.RecordBatch:
+        """The schema's columns only (a subset of tracer.schema's, in any order, decodes just
+        those)."""
+        import pyarrow as pa
+
         assert self.schema is not None
-        return pa.RecordBatch.from_arrays([cols[f.name] for f in self.schema], schema=self.schema)
+        return pa.RecordBatch.from_arrays([self._column(f.name, p) for f in self.schema],
+                                          schema=self.schema)
 
     def _drain(self, final: bool) -> Iterator[pa.RecordBatch]:
         """Yield every full batch of ``rows`` rows and keep the rest pending; when ``final``,
@@ -434,11 +443,11 @@ def _end_batch(schema: pa.Schema | None, seq: int, ts_ns: int) -> pa.RecordBatch
 
     assert schema is not None
     e = Event(EventKind.END)
-    row: dict[str, list[Any]] = {"seq": [seq], "ts_ns": [ts_ns]}
+    fixed: dict[str, int] = {"seq": seq, "ts_ns": ts_ns}
+    row: dict[str, list[Any]] = {}
     for f in schema:
-        if f.name not in row:
-            value = getattr(e, f.name)
-            row[f.name] = [value.name.lower() if f.name in _ENUMS else value]
+        value = fixed[f.name] if f.name in fixed else getattr(e, f.name)
+        row[f.name] = [value.name.lower() if f.name in _ENUMS else value]
     return pa.RecordBatch.from_pydict(row, schema=schema)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from hybridmem.outputs import atomic_output, check_output
@@ -73,12 +73,20 @@ def row_batches(reader: TraceReader, schema: pa.Schema) -> Iterator[pa.RecordBat
         yield pa.RecordBatch.from_pydict(cols, schema=schema)
 
 
-def events_table(path: str | os.PathLike[str]) -> pa.Table:
-    """Every recovered event (END included when present) as one Arrow table."""
+def events_table(path: str | os.PathLike[str],
+                 columns: Sequence[str] | None = None) -> pa.Table:
+    """Every recovered event (END included when present) as one Arrow table; ``columns`` (names
+    of :data:`tracer.schema.EVENT_COLUMNS`, in that order in the table) decodes only those.
+    The whole trace is verified either way."""
     import pyarrow as pa
 
     reader = TraceReader(path)
     schema = arrow_schema()
+    if columns is not None:
+        unknown = sorted(set(columns) - set(schema.names))
+        if unknown:
+            raise ValueError(f"no event column {unknown}; have {schema.names}")
+        schema = pa.schema([f for f in schema if f.name in set(columns)])
     batches = list(_batches(reader, schema))
     meta = table_metadata(reader.meta, _finish(reader))
     if not batches:

@@ -305,3 +305,23 @@ def test_trace_stats_equal_the_row_reader(tmp_path: Path, monkeypatch: pytest.Mo
     monkeypatch.setattr(columnar, "record_batches",
                         lambda *a: (b.slice(0, b.num_rows - 1) for b in batches(*a)))
     assert _stats(path) != _row_stats(path)
+
+
+def test_a_column_subset_decodes_only_those_columns(tmp_path: Path) -> None:
+    """``events_table(path, columns)`` is the whole table's selection, END row and verdict
+    metadata included, whatever the order asked for."""
+    path = tmp_path / "t.hmt"
+    write_trace(path, every_kind() + list(synthetic_events(1_500, seed=6)), packet_records=64)
+    full = events_table(path)
+    wanted = ["recurrent_chain", "seq", "kind", "requester", "hash", "ts_ns"]
+    part = events_table(path, wanted)
+    in_order = [n for n in full.column_names if n in wanted]
+    assert part.column_names == in_order
+    assert part.equals(full.select(in_order)) and part.schema.metadata == full.schema.metadata
+    assert part.column("kind").to_pylist()[-1] == "end"
+    # negative control: the same columns of another trace are told apart
+    other = tmp_path / "o.hmt"
+    write_trace(other, every_kind() + list(synthetic_events(1_500, seed=7)), packet_records=64)
+    assert not events_table(other, wanted).equals(part)
+    with pytest.raises(ValueError, match="no event column"):
+        events_table(path, ["seq", "nope"])
