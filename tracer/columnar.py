@@ -443,7 +443,7 @@ def _end_batch(schema: pa.Schema | None, seq: int, ts_ns: int) -> pa.RecordBatch
 
     assert schema is not None
     e = Event(EventKind.END)
-    fixed: dict[str, int] = {"seq": seq, "ts_ns": ts_ns}
+    fixed: dict[str, Any] = {"seq": seq, "ts_ns": ts_ns}
     row: dict[str, list[Any]] = {}
     for f in schema:
         value = fixed[f.name] if f.name in fixed else getattr(e, f.name)
