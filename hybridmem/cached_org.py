@@ -116,6 +116,12 @@ class CachedOrganization(Organization):
         self.slabs: SlabTable | None = None
         self.owner: dict[str, list[object | None]] = {}  # pool name -> page -> entry / "slab"
         self._next_ident = 0
+        # pool name -> page -> the block last forgotten on that page, None once reused: the
+        # next block allocated on the page reuses the object (a forgotten block has key 0 and
+        # no holder, and nothing refers to it) instead of building one, as vLLM's BlockPool
+        # keeps one block object per block id. Set where a block is forgotten, read and
+        # cleared by allocate.
+        self.spare_blocks: dict[str, list[Block | None]] = {}
 
     # == storage layout (subclasses) ===========================================================
     def pool_for(self, kind: StateKind, need: int = 0) -> PagePool:
@@ -278,12 +284,19 @@ class CachedOrganization(Organization):
                 forget.append(blk)
         pool = blks[0].pool
         pool.decref_many(pages)
-        owners = self.owner[pool.name]
+        owners, spare = self.owner[pool.name], self.spare_blocks[pool.name]
         for blk in forget:  # no holder and no key: forget it
             assert pool.is_free(blk.page), f"block on page {blk.page} forgotten while " \
                 "its page is not free; this indicates a reference or hold leak"
             owners[blk.page] = None
+            spare[blk.page] = blk
         self.num_blocks -= len(forget)
+
+    def _spare(self, pool: PagePool) -> list[Block | None]:
+        """A new list of ``pool``'s spare blocks (see :attr:`spare_blocks`)."""
+        spare: list[Block | None] = [None] * pool.total
+        self.spare_blocks[pool.name] = spare
+        return spare
 
     def _conv_pages(self, ck: Checkpoint) -> list[int]:
         """The page carrying ``ck``'s conv state when it is not inside member 0."""
@@ -430,11 +443,21 @@ class CachedOrganization(Organization):
             self._make_free(rpool, need.recurrent, request_id)
         if n_blocks:
             owners = self.owner[apool.name]
+            spare = self.spare_blocks.get(apool.name) or self._spare(apool)
             blocks, ga = req.blocks, self.attention_grid
             depth = len(blocks) * ga
             for page in apool.take_many(n_blocks):
                 depth += ga
-                blk = Block(apool, page, depth, 0, {request_id})
+                blk = spare[page]
+                if blk is None:
+                    blk = Block(apool, page, depth, 0, {request_id})
+                else:  # the block last forgotten on this page: reused (as vLLM's pool does)
+                    assert not blk.key and not blk.holders, f"spare block on page {page} " \
+                        f"with key {blk.key:#x}, holders {blk.holders}; this indicates a " \
+                        "block forgotten while discoverable or referenced"
+                    spare[page] = None
+                    blk.depth = depth
+                    blk.holders.add(request_id)
                 owners[page] = blk
                 blocks.append(blk)
             self.num_blocks += n_blocks
@@ -505,6 +528,7 @@ class CachedOrganization(Organization):
         free, cached = pool._free, pool._cached  # the pool's own: changed as its methods would
         reclaim, cause = self._reclaim, Cause.ALLOCATION
         owners, holds, refs = self.owner[pool.name], pool._holds, pool._refs
+        spare = self.spare_blocks.get(pool.name) or self._spare(pool)
         attn_index, waiters, lost = self.attn_index, self.key_waiters, 0
         while len(free) < need:
             page = next(iter(cached), None)  # pool.oldest_cached(): the LRU head
@@ -534,6 +558,7 @@ class CachedOrganization(Organization):
             free.append(page)
             lost += 1  # no holder: forget the block
             owners[page] = None
+            spare[page] = blk
             if pool.watcher is not None:  # pool.reclaim (nothing left to drop)
                 pool.watcher(pool.name, page, "reclaim")
         self.num_blocks -= lost
@@ -602,6 +627,7 @@ class CachedOrganization(Organization):
                 "page is not free; this indicates a reference or hold leak"
             self.num_blocks -= 1
             self.owner[pool.name][blk.page] = None
+            self.spare_blocks[pool.name][blk.page] = blk
 
     def _lose_ckpt(self, ck: Checkpoint, cause: Cause, requester: str) -> None:
         key = ck.key

@@ -268,8 +268,10 @@ MUTANTS: list[Mutant] = [
     _m("make-free-inline-block-stays-live", "reclaim", CO,
        "lost += 1  # no holder", "pass  # no holder"),
     _m("make-free-inline-owner-kept", "reclaim", CO,
-       "            owners[page] = None\n            if pool.watcher is not None:  # pool.reclaim",
-       "            pass\n            if pool.watcher is not None:  # pool.reclaim",
+       "            owners[page] = None\n            spare[page] = blk\n"
+       "            if pool.watcher is not None:  # pool.reclaim",
+       "            pass\n            spare[page] = blk\n"
+       "            if pool.watcher is not None:  # pool.reclaim",
        equivalent="the organization reads a page's owner record only while the page is "
                   "cached (_detach); a page _make_free frees is cached again only after a "
                   "take, which overwrites the record"),
@@ -278,6 +280,9 @@ MUTANTS: list[Mutant] = [
        equivalent="the watcher is a debug hook (None in production) that changes nothing; "
                   "its 'take' call for the same page, when it is handed out, runs the same "
                   "invalidate-before-reuse check"),
+    # a forgotten block's object reused by the next block on its page (session 6)
+    _m("spare-reuse-keeps-depth", "allocation", CO,
+       "                    blk.depth = depth\n", "                    pass\n"),
     _m("make-free-one-short", "allocation", CO,
        "        while len(free) < need:\n", "        while len(free) < need - 1:\n"),
     _m("evict-one-more", "allocation", CO,
