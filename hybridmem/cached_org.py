@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import islice
 
 from hybridmem import checkpoint as ckpt_mod
 from hybridmem import conv_slab
@@ -530,37 +531,45 @@ class CachedOrganization(Organization):
         owners, holds, refs = self.owner[pool.name], pool._holds, pool._refs
         spare = self.spare_blocks.get(pool.name) or self._spare(pool)
         attn_index, waiters, lost = self.attn_index, self.key_waiters, 0
+        emitting, watcher = self._emitting, pool.watcher
         while len(free) < need:
-            page = next(iter(cached), None)  # pool.oldest_cached(): the LRU head
-            assert page is not None, f"pool {pool.name}: {pool.num_free} free, need {need}, " \
-                "nothing cached; this indicates can_allocate and allocate disagree"
-            blk = owners[page]
-            if blk.__class__ is not Block or blk.holders or holds[page] != 1:
-                reclaim(pool, page, cause, requester)
+            head = next(iter(cached), None)  # pool.oldest_cached(): the LRU head
+            if head is None:
+                raise AssertionError(f"pool {pool.name}: {pool.num_free} free, need {need}, "
+                                     "nothing cached; this indicates can_allocate and "
+                                     "allocate disagree")
+            blk = owners[head]
+            if blk.__class__ is not Block or blk.holders or holds[head] != 1:
+                reclaim(pool, head, cause, requester)
                 continue
-            key = blk.key  # _lose_block
-            del attn_index[key]
-            blk.key = 0
-            if key in waiters:  # their copies of this key may publish now
-                requests = self.requests
-                for waiter in waiters.pop(key):
-                    held_by = requests.get(waiter)
-                    if held_by is not None:
-                        held_by.keyed = 0
-            if self._emitting:
-                self._emit(EventKind.LOSS, hash=key, depth=blk.depth,
-                           state_kind=StateKind.ATTENTION, page=page, cause=cause,
-                           requester=requester)
-            assert refs[page] == 0, f"pool {pool.name}: reclaim of cached page {page} with " \
-                f"{refs[page]} references; this indicates reclaiming protected storage"
-            holds[page] = 0  # pool.unhold: its last hold, no reference: cached -> free
-            del cached[page]
-            free.append(page)
-            lost += 1  # no holder: forget the block
-            owners[page] = None
-            spare[page] = blk
-            if pool.watcher is not None:  # pool.reclaim (nothing left to drop)
-                pool.watcher(pool.name, page, "reclaim")
+            short = need - len(free)  # the heads, oldest first (one: the head just read)
+            for page in list(islice(cached, short)) if short > 1 else (head,):
+                blk = owners[page]  # the inline path removes only the page it reclaims
+                if blk.__class__ is not Block or blk.holders or holds[page] != 1:
+                    break  # the loop above takes it through _reclaim
+                key = blk.key  # _lose_block
+                del attn_index[key]
+                blk.key = 0
+                if key in waiters:  # their copies of this key may publish now
+                    requests = self.requests
+                    for waiter in waiters.pop(key):
+                        held_by = requests.get(waiter)
+                        if held_by is not None:
+                            held_by.keyed = 0
+                if emitting:
+                    self._emit(EventKind.LOSS, hash=key, depth=blk.depth,
+                               state_kind=StateKind.ATTENTION, page=page, cause=cause,
+                               requester=requester)
+                assert refs[page] == 0, f"pool {pool.name}: reclaim of cached page {page} " \
+                    f"with {refs[page]} references; this indicates reclaiming protected storage"
+                holds[page] = 0  # pool.unhold: its last hold, no reference: cached -> free
+                del cached[page]
+                free.append(page)
+                lost += 1  # no holder: forget the block
+                owners[page] = None
+                spare[page] = blk
+                if watcher is not None:  # pool.reclaim (nothing left to drop)
+                    watcher(pool.name, page, "reclaim")
         self.num_blocks -= lost
 
     def _detach(self, pool: PagePool, page: int) -> list[Block | Checkpoint]:

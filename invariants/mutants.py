@@ -89,8 +89,10 @@ MUTANTS: list[Mutant] = [
     _m("lru-reclaims-newest", "release order", "hybridmem.page_pool",
        "return next(iter(self._cached), None)", "return next(reversed(self._cached), None)"),
     _m("make-free-reclaims-newest", "release order", CO,
-       "page = next(iter(cached), None)  # pool.oldest_cached()",
-       "page = next(reversed(cached), None)  # pool.oldest_cached()"),
+       "head = next(iter(cached), None)  # pool.oldest_cached()",
+       "head = next(reversed(cached), None)  # pool.oldest_cached()"),
+    _m("make-free-run-from-newest", "release order", CO,
+       "list(islice(cached, short))", "list(islice(reversed(cached), short))"),
     _m("s2-members-age-before-slabs", "release order", CO,
        "(conv + members if self.placement", "(members + conv if self.placement",
        orgs=("S2",)),
@@ -256,27 +258,27 @@ MUTANTS: list[Mutant] = [
     _m("make-free-inline-waiters-kept", "reclaim", CO,
        "for waiter in waiters.pop(key):", "for waiter in waiters.get(key, ()):"),
     _m("make-free-inline-waiters-not-woken", "reclaim", CO,
-       "                    if held_by is not None:\n                        held_by.keyed = 0",
-       "                    if held_by is None:\n                        held_by.keyed = 0"),
+       "                        if held_by is not None:\n                            held_by.keyed = 0",
+       "                        if held_by is None:\n                            held_by.keyed = 0"),
     _m("make-free-inline-loss-without-requester", "events", CO,
        "state_kind=StateKind.ATTENTION, page=page, cause=cause,\n"
-       "                           requester=requester)",
+       "                               requester=requester)",
        "state_kind=StateKind.ATTENTION, page=page, cause=cause,\n"
-       "                           requester=\"\")"),
+       "                               requester=\"\")"),
     _m("make-free-inline-hold-kept", "reclaim", CO,
        "            holds[page] = 0  # pool.unhold", "            holds[page] = 1  # pool.unhold"),
     _m("make-free-inline-block-stays-live", "reclaim", CO,
        "lost += 1  # no holder", "pass  # no holder"),
     _m("make-free-inline-owner-kept", "reclaim", CO,
-       "            owners[page] = None\n            spare[page] = blk\n"
-       "            if pool.watcher is not None:  # pool.reclaim",
-       "            pass\n            spare[page] = blk\n"
-       "            if pool.watcher is not None:  # pool.reclaim",
+       "                owners[page] = None\n                spare[page] = blk\n"
+       "                if watcher is not None:  # pool.reclaim",
+       "                pass\n                spare[page] = blk\n"
+       "                if watcher is not None:  # pool.reclaim",
        equivalent="the organization reads a page's owner record only while the page is "
                   "cached (_detach); a page _make_free frees is cached again only after a "
                   "take, which overwrites the record"),
     _m("make-free-inline-no-watcher", "reclaim", CO,
-       "pool.watcher(pool.name, page, \"reclaim\")", "pass",
+       "watcher(pool.name, page, \"reclaim\")", "pass",
        equivalent="the watcher is a debug hook (None in production) that changes nothing; "
                   "its 'take' call for the same page, when it is handed out, runs the same "
                   "invalidate-before-reuse check"),
