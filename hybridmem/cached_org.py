@@ -275,23 +275,39 @@ class CachedOrganization(Organization):
 
     def _blocks_unref(self, blks: list[Block], holder: str) -> None:
         """Drop ``holder``'s reference of each block (one pool), in order (the LRU order of the
-        pages that become cached); a block with no holder and no key is forgotten."""
-        pages, forget = [], []
+        pages that become cached); a block with no holder and no key is forgotten.
+
+        The pages' references are dropped in the same loop, as ``PagePool.decref_many`` of the
+        blocks' pages would drop them (the pool's own lists, in the same order; its in-use
+        count settled after the loop and its watcher called inside it, as there).
+        """
+        pool = blks[0].pool
+        refs, holds, cached, free = pool._refs, pool._holds, pool._cached, pool._free
+        owners, spare = self.owner[pool.name], self.spare_blocks[pool.name]
+        watcher, unused, forgotten = pool.watcher, 0, 0
         for blk in blks:
             holders = blk.holders
             holders.remove(holder)
-            pages.append(blk.page)
-            if not holders and not blk.key:
-                forget.append(blk)
-        pool = blks[0].pool
-        pool.decref_many(pages)
-        owners, spare = self.owner[pool.name], self.spare_blocks[pool.name]
-        for blk in forget:  # no holder and no key: forget it
-            assert pool.is_free(blk.page), f"block on page {blk.page} forgotten while " \
-                "its page is not free; this indicates a reference or hold leak"
-            owners[blk.page] = None
-            spare[blk.page] = blk
-        self.num_blocks -= len(forget)
+            page = blk.page
+            assert refs[page] > 0, f"pool {pool.name}: decref of page {page} with no " \
+                "reference; this indicates a double release"
+            left = refs[page] = refs[page] - 1
+            if left == 0:  # (pool.decref_many)
+                unused += 1
+                if holds[page]:
+                    cached[page] = None  # most recently used end of the LRU
+                else:
+                    free.append(page)
+                if watcher is not None:
+                    watcher(pool.name, page, "ref0")
+            if not holders and not blk.key:  # no holder and no key: forget it
+                assert pool.is_free(page), f"block on page {page} forgotten while its " \
+                    "page is not free; this indicates a reference or hold leak"
+                owners[page] = None
+                spare[page] = blk
+                forgotten += 1
+        pool.num_in_use -= unused
+        self.num_blocks -= forgotten
 
     def _spare(self, pool: PagePool) -> list[Block | None]:
         """A new list of ``pool``'s spare blocks (see :attr:`spare_blocks`)."""

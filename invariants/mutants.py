@@ -285,6 +285,15 @@ MUTANTS: list[Mutant] = [
     # a forgotten block's object reused by the next block on its page (session 6)
     _m("spare-reuse-keeps-depth", "allocation", CO,
        "                    blk.depth = depth\n", "                    pass\n"),
+    # _blocks_unref drops the pages' references itself (session 6; as PagePool.decref_many)
+    _m("unref-released-page-is-oldest", "release order", CO,
+       "cached[page] = None  # most recently used end of the LRU",
+       "cached[page] = None; cached.move_to_end(page, last=False)"),
+    _m("unref-in-use-not-counted", "pools", CO,
+       "        pool.num_in_use -= unused\n", "        pass\n"),
+    _m("unref-unpublished-page-cached", "pools", CO,
+       "                if holds[page]:\n                    cached[page] = None",
+       "                if True:\n                    cached[page] = None"),
     _m("make-free-one-short", "allocation", CO,
        "        while len(free) < need:\n", "        while len(free) < need - 1:\n"),
     _m("evict-one-more", "allocation", CO,
