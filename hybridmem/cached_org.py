@@ -697,42 +697,45 @@ class CachedOrganization(Organization):
         req.computed = computed = max(req.computed, num_computed)
         published = []
         attn_index, emitting = self.attn_index, self._emitting
-        # Block i ends at (i + 1) g_a; every block that can pass the depth test covers a full
-        # chunk, so it has a key: the loop stops where the chain does only after that test
-        # fails. The first ``req.keyed`` blocks are settled: each carries its key, or its key
-        # is discoverable on another copy (then the request is in ``key_waiters`` of that
-        # key). Both lie within ``computed``, and only _lose_block removes a key from the
-        # index: it resets the count of the block's holders and of that key's waiters. So the
-        # settled blocks are skipped: the old full scan would only ``continue`` over them.
-        # Every block the loop passes is settled by it (so ``keyed`` counts them all).
-        blocks, chain, keyed = req.blocks, req.attn_chain, req.keyed
-        pages, waiters = [], self.key_waiters
-        for blk, key in zip(blocks[keyed:], chain[keyed:], strict=False):  # the shorter one
-            if blk.depth > computed:
-                break
-            keyed += 1
-            if blk.key:
-                continue  # already discoverable (published or adopted)
-            if key in attn_index:  # another request's copy is discoverable
-                waiting = waiters.get(key)
-                if waiting is None:
-                    waiters[key] = {request_id}
-                else:
-                    waiting.add(request_id)
-                req.waits.append(key)
-                continue
-            blk.key = key
-            attn_index[key] = blk
-            pages.append(blk.page)
-            published.append(key)
-            if emitting:
-                self._emit(EventKind.PUBLICATION, request_id=request_id,
-                           preemption_count=req.preemptions, hash=key, depth=blk.depth,
-                           state_kind=StateKind.ATTENTION, page=blk.page)
-        req.keyed = keyed
-        if pages:
-            blocks[0].pool.hold_many(pages)
-            pages = []
+        # Block i ends at (i + 1) g_a, so the blocks within ``computed`` are the first
+        # ``stop = computed // g_a`` (each covers a full chunk, so it has a key: ``stop`` is at
+        # most the chain's length). The first ``req.keyed`` blocks are settled: each carries
+        # its key, or its key is discoverable on another copy (then the request is in
+        # ``key_waiters`` of that key). Both lie within ``computed``, and only _lose_block
+        # removes a key from the index: it resets the count of the block's holders and of that
+        # key's waiters. So the settled blocks are skipped: the old full scan would only
+        # ``continue`` over them. Every block the loop passes is settled by it (so ``keyed``
+        # counts them all). Each block published gets its page's hold in the same loop (as
+        # ``PagePool.hold_many`` of the published pages would).
+        blocks, keyed = req.blocks, req.keyed
+        stop = computed // self.attention_grid
+        if keyed < stop and keyed < len(blocks):
+            chain, waiters, holds = req.attn_chain, self.key_waiters, blocks[0].pool._holds
+            refs = blocks[0].pool._refs
+            for blk, key in zip(blocks[keyed:stop], chain[keyed:stop], strict=False):
+                if blk.key:
+                    continue  # already discoverable (published or adopted)
+                if key in attn_index:  # another request's copy is discoverable
+                    waiting = waiters.get(key)
+                    if waiting is None:
+                        waiters[key] = {request_id}
+                    else:
+                        waiting.add(request_id)
+                    req.waits.append(key)
+                    continue
+                blk.key = key
+                attn_index[key] = blk
+                page = blk.page
+                assert refs[page] or holds[page], f"pool {blk.pool.name}: hold on free page " \
+                    f"{page}; this indicates publishing storage that was already released"
+                holds[page] += 1
+                published.append(key)
+                if emitting:
+                    self._emit(EventKind.PUBLICATION, request_id=request_id,
+                               preemption_count=req.preemptions, hash=key, depth=blk.depth,
+                               state_kind=StateKind.ATTENTION, page=page)
+            req.keyed = min(stop, len(blocks))
+        pages: list[int] = []
         rec_index, rec_chain, gr = self.rec_index, req.rec_chain, self.recurrent_grid
         for b, ck in sorted(req.ckpts.items()):
             if b > req.computed:

@@ -226,7 +226,9 @@ MUTANTS: list[Mutant] = [
        "        extra = extra_keys(None if cache_salt is None else str(len(cache_salt)))\n"),
     # -- publication -------------------------------------------------------------------------
     _m("publish-skips-closing-block", "publication", CO,
-       "if blk.depth > computed:", "if blk.depth >= computed:"),
+       "stop = computed // self.attention_grid", "stop = (computed - 1) // self.attention_grid"),
+    _m("publish-block-without-hold", "publication", CO,
+       "                holds[page] += 1\n", "                pass\n"),
     _m("publish-skips-closing-checkpoint", "publication", CO,
        "if b > req.computed:", "if b >= req.computed:"),
     _m("publish-duplicate-checkpoint", "publication", CO,
