@@ -463,7 +463,16 @@ class CachedOrganization(Organization):
             spare = self.spare_blocks.get(apool.name) or self._spare(apool)
             blocks, ga = req.blocks, self.attention_grid
             depth = len(blocks) * ga
-            for page in apool.take_many(n_blocks):
+            free, refs = apool._free, apool._refs  # apool.take_many(n_blocks), in this loop:
+            assert len(free) >= n_blocks, f"pool {apool.name}: take_many({n_blocks}) with " \
+                f"{len(free)} free pages; this indicates a missing can_allocate/reclaim before " \
+                "allocation"
+            popleft, watcher = free.popleft, apool.watcher
+            for _ in range(n_blocks):  # the next free pages in order, one reference each
+                page = popleft()
+                refs[page] = 1
+                if watcher is not None:
+                    watcher(apool.name, page, "take")
                 depth += ga
                 blk = spare[page]
                 if blk is None:
@@ -477,6 +486,7 @@ class CachedOrganization(Organization):
                     blk.holders.add(request_id)
                 owners[page] = blk
                 blocks.append(blk)
+            apool.num_in_use += n_blocks
             self.num_blocks += n_blocks
         if bounds:
             live_ckpts, ckpts, new_checkpoint = self.live_ckpts, req.ckpts, self._new_checkpoint

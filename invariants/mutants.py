@@ -296,6 +296,11 @@ MUTANTS: list[Mutant] = [
     _m("unref-unpublished-page-cached", "pools", CO,
        "                if holds[page]:\n                    cached[page] = None",
        "                if True:\n                    cached[page] = None"),
+    # allocate takes its blocks' pages itself (session 6; as PagePool.take_many)
+    _m("allocate-take-not-counted", "pools", CO,
+       "            apool.num_in_use += n_blocks\n", "            pass\n"),
+    _m("allocate-take-without-reference", "pools", CO,
+       "                refs[page] = 1\n", "                refs[page] = 0\n"),
     _m("make-free-one-short", "allocation", CO,
        "        while len(free) < need:\n", "        while len(free) < need - 1:\n"),
     _m("evict-one-more", "allocation", CO,
