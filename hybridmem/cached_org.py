@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from itertools import islice
+from itertools import islice, takewhile
 
 from hybridmem import checkpoint as ckpt_mod
 from hybridmem import conv_slab
@@ -199,11 +199,10 @@ class CachedOrganization(Organization):
         ga, gr = self.attention_grid, self.recurrent_grid
         limit = len(req.tokens) - 1
         attn_index = self.attn_index
-        n_attn = 0
-        for i, key in enumerate(req.attn_chain):
-            if (i + 1) * ga > limit or key not in attn_index:
-                break
-            n_attn = i + 1
+        # the contiguous discoverable prefix among the blocks that end at or before ``limit``
+        # (block i ends at (i + 1) g_a); an empty request has an empty chain
+        n_attn = len(list(takewhile(attn_index.__contains__,
+                                    req.attn_chain[:max(limit, 0) // ga])))
         a_max = (n_attn * ga) // gr * gr
         r_max = j = 0
         j_ckpt: Checkpoint | None = None
