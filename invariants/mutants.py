@@ -259,8 +259,10 @@ MUTANTS: list[Mutant] = [
     _m("make-free-inline-waiters-kept", "reclaim", CO,
        "for waiter in waiters.pop(key):", "for waiter in waiters.get(key, ()):"),
     _m("make-free-inline-waiters-not-woken", "reclaim", CO,
-       "                        if held_by is not None:\n                            held_by.keyed = 0",
-       "                        if held_by is None:\n                            held_by.keyed = 0"),
+       "                        if held_by is not None:\n"
+       "                            held_by.keyed = 0",
+       "                        if held_by is None:\n"
+       "                            held_by.keyed = 0"),
     _m("make-free-inline-loss-without-requester", "events", CO,
        "state_kind=StateKind.ATTENTION, page=page, cause=cause,\n"
        "                               requester=requester)",
