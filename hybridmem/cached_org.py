@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import islice, takewhile
 
 from hybridmem import checkpoint as ckpt_mod
 from hybridmem import conv_slab
@@ -116,6 +117,12 @@ class CachedOrganization(Organization):
         self.slabs: SlabTable | None = None
         self.owner: dict[str, list[object | None]] = {}  # pool name -> page -> entry / "slab"
         self._next_ident = 0
+        # pool name -> page -> the block last forgotten on that page, None once reused: the
+        # next block allocated on the page reuses the object (a forgotten block has key 0 and
+        # no holder, and nothing refers to it) instead of building one, as vLLM's BlockPool
+        # keeps one block object per block id. Set where a block is forgotten, read and
+        # cleared by allocate.
+        self.spare_blocks: dict[str, list[Block | None]] = {}
 
     # == storage layout (subclasses) ===========================================================
     def pool_for(self, kind: StateKind, need: int = 0) -> PagePool:
@@ -192,11 +199,10 @@ class CachedOrganization(Organization):
         ga, gr = self.attention_grid, self.recurrent_grid
         limit = len(req.tokens) - 1
         attn_index = self.attn_index
-        n_attn = 0
-        for i, key in enumerate(req.attn_chain):
-            if (i + 1) * ga > limit or key not in attn_index:
-                break
-            n_attn = i + 1
+        # the contiguous discoverable prefix among the blocks that end at or before ``limit``
+        # (block i ends at (i + 1) g_a); an empty request has an empty chain
+        n_attn = len(list(takewhile(attn_index.__contains__,
+                                    req.attn_chain[:max(limit, 0) // ga])))
         a_max = (n_attn * ga) // gr * gr
         r_max = j = 0
         j_ckpt: Checkpoint | None = None
@@ -268,22 +274,45 @@ class CachedOrganization(Organization):
 
     def _blocks_unref(self, blks: list[Block], holder: str) -> None:
         """Drop ``holder``'s reference of each block (one pool), in order (the LRU order of the
-        pages that become cached); a block with no holder and no key is forgotten."""
-        pages, forget = [], []
+        pages that become cached); a block with no holder and no key is forgotten.
+
+        The pages' references are dropped in the same loop, as ``PagePool.decref_many`` of the
+        blocks' pages would drop them (the pool's own lists, in the same order; its in-use
+        count settled after the loop and its watcher called inside it, as there).
+        """
+        pool = blks[0].pool
+        refs, holds, cached, free = pool._refs, pool._holds, pool._cached, pool._free
+        owners, spare = self.owner[pool.name], self.spare_blocks[pool.name]
+        watcher, unused, forgotten = pool.watcher, 0, 0
         for blk in blks:
             holders = blk.holders
             holders.remove(holder)
-            pages.append(blk.page)
-            if not holders and not blk.key:
-                forget.append(blk)
-        pool = blks[0].pool
-        pool.decref_many(pages)
-        owners = self.owner[pool.name]
-        for blk in forget:  # no holder and no key: forget it
-            assert pool.is_free(blk.page), f"block on page {blk.page} forgotten while " \
-                "its page is not free; this indicates a reference or hold leak"
-            owners[blk.page] = None
-        self.num_blocks -= len(forget)
+            page = blk.page
+            assert refs[page] > 0, f"pool {pool.name}: decref of page {page} with no " \
+                "reference; this indicates a double release"
+            left = refs[page] = refs[page] - 1
+            if left == 0:  # (pool.decref_many)
+                unused += 1
+                if holds[page]:
+                    cached[page] = None  # most recently used end of the LRU
+                else:
+                    free.append(page)
+                if watcher is not None:
+                    watcher(pool.name, page, "ref0")
+            if not holders and not blk.key:  # no holder and no key: forget it
+                assert pool.is_free(page), f"block on page {page} forgotten while its " \
+                    "page is not free; this indicates a reference or hold leak"
+                owners[page] = None
+                spare[page] = blk
+                forgotten += 1
+        pool.num_in_use -= unused
+        self.num_blocks -= forgotten
+
+    def _spare(self, pool: PagePool) -> list[Block | None]:
+        """A new list of ``pool``'s spare blocks (see :attr:`spare_blocks`)."""
+        spare: list[Block | None] = [None] * pool.total
+        self.spare_blocks[pool.name] = spare
+        return spare
 
     def _conv_pages(self, ck: Checkpoint) -> list[int]:
         """The page carrying ``ck``'s conv state when it is not inside member 0."""
@@ -430,13 +459,33 @@ class CachedOrganization(Organization):
             self._make_free(rpool, need.recurrent, request_id)
         if n_blocks:
             owners = self.owner[apool.name]
+            spare = self.spare_blocks.get(apool.name) or self._spare(apool)
             blocks, ga = req.blocks, self.attention_grid
             depth = len(blocks) * ga
-            for page in apool.take_many(n_blocks):
+            free, refs = apool._free, apool._refs  # apool.take_many(n_blocks), in this loop:
+            assert len(free) >= n_blocks, f"pool {apool.name}: take_many({n_blocks}) with " \
+                f"{len(free)} free pages; this indicates a missing can_allocate/reclaim before " \
+                "allocation"
+            popleft, watcher = free.popleft, apool.watcher
+            for _ in range(n_blocks):  # the next free pages in order, one reference each
+                page = popleft()
+                refs[page] = 1
+                if watcher is not None:
+                    watcher(apool.name, page, "take")
                 depth += ga
-                blk = Block(apool, page, depth, 0, {request_id})
+                blk = spare[page]
+                if blk is None:
+                    blk = Block(apool, page, depth, 0, {request_id})
+                else:  # the block last forgotten on this page: reused (as vLLM's pool does)
+                    assert not blk.key and not blk.holders, f"spare block on page {page} " \
+                        f"with key {blk.key:#x}, holders {blk.holders}; this indicates a " \
+                        "block forgotten while discoverable or referenced"
+                    spare[page] = None
+                    blk.depth = depth
+                    blk.holders.add(request_id)
                 owners[page] = blk
                 blocks.append(blk)
+            apool.num_in_use += n_blocks
             self.num_blocks += n_blocks
         if bounds:
             live_ckpts, ckpts, new_checkpoint = self.live_ckpts, req.ckpts, self._new_checkpoint
@@ -505,37 +554,47 @@ class CachedOrganization(Organization):
         free, cached = pool._free, pool._cached  # the pool's own: changed as its methods would
         reclaim, cause = self._reclaim, Cause.ALLOCATION
         owners, holds, refs = self.owner[pool.name], pool._holds, pool._refs
+        spare = self.spare_blocks.get(pool.name) or self._spare(pool)
         attn_index, waiters, lost = self.attn_index, self.key_waiters, 0
+        emitting, watcher = self._emitting, pool.watcher
         while len(free) < need:
-            page = next(iter(cached), None)  # pool.oldest_cached(): the LRU head
-            assert page is not None, f"pool {pool.name}: {pool.num_free} free, need {need}, " \
-                "nothing cached; this indicates can_allocate and allocate disagree"
-            blk = owners[page]
-            if blk.__class__ is not Block or blk.holders or holds[page] != 1:
-                reclaim(pool, page, cause, requester)
+            head = next(iter(cached), None)  # pool.oldest_cached(): the LRU head
+            if head is None:
+                raise AssertionError(f"pool {pool.name}: {pool.num_free} free, need {need}, "
+                                     "nothing cached; this indicates can_allocate and "
+                                     "allocate disagree")
+            blk = owners[head]
+            if blk.__class__ is not Block or blk.holders or holds[head] != 1:
+                reclaim(pool, head, cause, requester)
                 continue
-            key = blk.key  # _lose_block
-            del attn_index[key]
-            blk.key = 0
-            if key in waiters:  # their copies of this key may publish now
-                requests = self.requests
-                for waiter in waiters.pop(key):
-                    held_by = requests.get(waiter)
-                    if held_by is not None:
-                        held_by.keyed = 0
-            if self._emitting:
-                self._emit(EventKind.LOSS, hash=key, depth=blk.depth,
-                           state_kind=StateKind.ATTENTION, page=page, cause=cause,
-                           requester=requester)
-            assert refs[page] == 0, f"pool {pool.name}: reclaim of cached page {page} with " \
-                f"{refs[page]} references; this indicates reclaiming protected storage"
-            holds[page] = 0  # pool.unhold: its last hold, no reference: cached -> free
-            del cached[page]
-            free.append(page)
-            lost += 1  # no holder: forget the block
-            owners[page] = None
-            if pool.watcher is not None:  # pool.reclaim (nothing left to drop)
-                pool.watcher(pool.name, page, "reclaim")
+            short = need - len(free)  # the heads, oldest first (one: the head just read)
+            for page in list(islice(cached, short)) if short > 1 else (head,):
+                blk = owners[page]  # the inline path removes only the page it reclaims
+                if blk.__class__ is not Block or blk.holders or holds[page] != 1:
+                    break  # the loop above takes it through _reclaim
+                key = blk.key  # _lose_block
+                del attn_index[key]
+                blk.key = 0
+                if key in waiters:  # their copies of this key may publish now
+                    requests = self.requests
+                    for waiter in waiters.pop(key):
+                        held_by = requests.get(waiter)
+                        if held_by is not None:
+                            held_by.keyed = 0
+                if emitting:
+                    self._emit(EventKind.LOSS, hash=key, depth=blk.depth,
+                               state_kind=StateKind.ATTENTION, page=page, cause=cause,
+                               requester=requester)
+                assert refs[page] == 0, f"pool {pool.name}: reclaim of cached page {page} " \
+                    f"with {refs[page]} references; this indicates reclaiming protected storage"
+                holds[page] = 0  # pool.unhold: its last hold, no reference: cached -> free
+                del cached[page]
+                free.append(page)
+                lost += 1  # no holder: forget the block
+                owners[page] = None
+                spare[page] = blk
+                if watcher is not None:  # pool.reclaim (nothing left to drop)
+                    watcher(pool.name, page, "reclaim")
         self.num_blocks -= lost
 
     def _detach(self, pool: PagePool, page: int) -> list[Block | Checkpoint]:
@@ -602,6 +661,7 @@ class CachedOrganization(Organization):
                 "page is not free; this indicates a reference or hold leak"
             self.num_blocks -= 1
             self.owner[pool.name][blk.page] = None
+            self.spare_blocks[pool.name][blk.page] = blk
 
     def _lose_ckpt(self, ck: Checkpoint, cause: Cause, requester: str) -> None:
         key = ck.key
@@ -646,42 +706,45 @@ class CachedOrganization(Organization):
         req.computed = computed = max(req.computed, num_computed)
         published = []
         attn_index, emitting = self.attn_index, self._emitting
-        # Block i ends at (i + 1) g_a; every block that can pass the depth test covers a full
-        # chunk, so it has a key: the loop stops where the chain does only after that test
-        # fails. The first ``req.keyed`` blocks are settled: each carries its key, or its key
-        # is discoverable on another copy (then the request is in ``key_waiters`` of that
-        # key). Both lie within ``computed``, and only _lose_block removes a key from the
-        # index: it resets the count of the block's holders and of that key's waiters. So the
-        # settled blocks are skipped: the old full scan would only ``continue`` over them.
-        # Every block the loop passes is settled by it (so ``keyed`` counts them all).
-        blocks, chain, keyed = req.blocks, req.attn_chain, req.keyed
-        pages, waiters = [], self.key_waiters
-        for blk, key in zip(blocks[keyed:], chain[keyed:], strict=False):  # the shorter one
-            if blk.depth > computed:
-                break
-            keyed += 1
-            if blk.key:
-                continue  # already discoverable (published or adopted)
-            if key in attn_index:  # another request's copy is discoverable
-                waiting = waiters.get(key)
-                if waiting is None:
-                    waiters[key] = {request_id}
-                else:
-                    waiting.add(request_id)
-                req.waits.append(key)
-                continue
-            blk.key = key
-            attn_index[key] = blk
-            pages.append(blk.page)
-            published.append(key)
-            if emitting:
-                self._emit(EventKind.PUBLICATION, request_id=request_id,
-                           preemption_count=req.preemptions, hash=key, depth=blk.depth,
-                           state_kind=StateKind.ATTENTION, page=blk.page)
-        req.keyed = keyed
-        if pages:
-            blocks[0].pool.hold_many(pages)
-            pages = []
+        # Block i ends at (i + 1) g_a, so the blocks within ``computed`` are the first
+        # ``stop = computed // g_a`` (each covers a full chunk, so it has a key: ``stop`` is at
+        # most the chain's length). The first ``req.keyed`` blocks are settled: each carries
+        # its key, or its key is discoverable on another copy (then the request is in
+        # ``key_waiters`` of that key). Both lie within ``computed``, and only _lose_block
+        # removes a key from the index: it resets the count of the block's holders and of that
+        # key's waiters. So the settled blocks are skipped: the old full scan would only
+        # ``continue`` over them. Every block the loop passes is settled by it (so ``keyed``
+        # counts them all). Each block published gets its page's hold in the same loop (as
+        # ``PagePool.hold_many`` of the published pages would).
+        blocks, keyed = req.blocks, req.keyed
+        stop = computed // self.attention_grid
+        if keyed < stop and keyed < len(blocks):
+            chain, waiters, holds = req.attn_chain, self.key_waiters, blocks[0].pool._holds
+            refs = blocks[0].pool._refs
+            for blk, key in zip(blocks[keyed:stop], chain[keyed:stop], strict=False):
+                if blk.key:
+                    continue  # already discoverable (published or adopted)
+                if key in attn_index:  # another request's copy is discoverable
+                    waiting = waiters.get(key)
+                    if waiting is None:
+                        waiters[key] = {request_id}
+                    else:
+                        waiting.add(request_id)
+                    req.waits.append(key)
+                    continue
+                blk.key = key
+                attn_index[key] = blk
+                page = blk.page
+                assert refs[page] or holds[page], f"pool {blk.pool.name}: hold on free page " \
+                    f"{page}; this indicates publishing storage that was already released"
+                holds[page] += 1
+                published.append(key)
+                if emitting:
+                    self._emit(EventKind.PUBLICATION, request_id=request_id,
+                               preemption_count=req.preemptions, hash=key, depth=blk.depth,
+                               state_kind=StateKind.ATTENTION, page=page)
+            req.keyed = min(stop, len(blocks))
+        pages: list[int] = []
         rec_index, rec_chain, gr = self.rec_index, req.rec_chain, self.recurrent_grid
         for b, ck in sorted(req.ckpts.items()):
             if b > req.computed:

@@ -89,8 +89,10 @@ MUTANTS: list[Mutant] = [
     _m("lru-reclaims-newest", "release order", "hybridmem.page_pool",
        "return next(iter(self._cached), None)", "return next(reversed(self._cached), None)"),
     _m("make-free-reclaims-newest", "release order", CO,
-       "page = next(iter(cached), None)  # pool.oldest_cached()",
-       "page = next(reversed(cached), None)  # pool.oldest_cached()"),
+       "head = next(iter(cached), None)  # pool.oldest_cached()",
+       "head = next(reversed(cached), None)  # pool.oldest_cached()"),
+    _m("make-free-run-from-newest", "release order", CO,
+       "list(islice(cached, short))", "list(islice(reversed(cached), short))"),
     _m("s2-members-age-before-slabs", "release order", CO,
        "(conv + members if self.placement", "(members + conv if self.placement",
        orgs=("S2",)),
@@ -201,8 +203,7 @@ MUTANTS: list[Mutant] = [
     _m("lookup-limit-is-length", "boundary", CO,
        "limit = len(req.tokens) - 1", "limit = len(req.tokens)"),
     _m("lookup-attention-at-length", "boundary", CO,
-       "if (i + 1) * ga > limit or key not in attn_index:",
-       "if (i + 1) * ga > limit + 1 or key not in attn_index:"),
+       "req.attn_chain[:max(limit, 0) // ga]", "req.attn_chain[:max(limit + 1, 0) // ga]"),
     _m("lookup-recurrent-at-length", "boundary", CO,
        "            if b > limit:\n                break\n            ck = self.rec_index",
        "            if b > limit + 1:\n                break\n            ck = self.rec_index"),
@@ -224,7 +225,9 @@ MUTANTS: list[Mutant] = [
        "        extra = extra_keys(None if cache_salt is None else str(len(cache_salt)))\n"),
     # -- publication -------------------------------------------------------------------------
     _m("publish-skips-closing-block", "publication", CO,
-       "if blk.depth > computed:", "if blk.depth >= computed:"),
+       "stop = computed // self.attention_grid", "stop = (computed - 1) // self.attention_grid"),
+    _m("publish-block-without-hold", "publication", CO,
+       "                holds[page] += 1\n", "                pass\n"),
     _m("publish-skips-closing-checkpoint", "publication", CO,
        "if b > req.computed:", "if b >= req.computed:"),
     _m("publish-duplicate-checkpoint", "publication", CO,
@@ -256,28 +259,49 @@ MUTANTS: list[Mutant] = [
     _m("make-free-inline-waiters-kept", "reclaim", CO,
        "for waiter in waiters.pop(key):", "for waiter in waiters.get(key, ()):"),
     _m("make-free-inline-waiters-not-woken", "reclaim", CO,
-       "                    if held_by is not None:\n                        held_by.keyed = 0",
-       "                    if held_by is None:\n                        held_by.keyed = 0"),
+       "                        if held_by is not None:\n"
+       "                            held_by.keyed = 0",
+       "                        if held_by is None:\n"
+       "                            held_by.keyed = 0"),
     _m("make-free-inline-loss-without-requester", "events", CO,
        "state_kind=StateKind.ATTENTION, page=page, cause=cause,\n"
-       "                           requester=requester)",
+       "                               requester=requester)",
        "state_kind=StateKind.ATTENTION, page=page, cause=cause,\n"
-       "                           requester=\"\")"),
+       "                               requester=\"\")"),
     _m("make-free-inline-hold-kept", "reclaim", CO,
        "            holds[page] = 0  # pool.unhold", "            holds[page] = 1  # pool.unhold"),
     _m("make-free-inline-block-stays-live", "reclaim", CO,
        "lost += 1  # no holder", "pass  # no holder"),
     _m("make-free-inline-owner-kept", "reclaim", CO,
-       "            owners[page] = None\n            if pool.watcher is not None:  # pool.reclaim",
-       "            pass\n            if pool.watcher is not None:  # pool.reclaim",
+       "                owners[page] = None\n                spare[page] = blk\n"
+       "                if watcher is not None:  # pool.reclaim",
+       "                pass\n                spare[page] = blk\n"
+       "                if watcher is not None:  # pool.reclaim",
        equivalent="the organization reads a page's owner record only while the page is "
                   "cached (_detach); a page _make_free frees is cached again only after a "
                   "take, which overwrites the record"),
     _m("make-free-inline-no-watcher", "reclaim", CO,
-       "pool.watcher(pool.name, page, \"reclaim\")", "pass",
+       "watcher(pool.name, page, \"reclaim\")", "pass",
        equivalent="the watcher is a debug hook (None in production) that changes nothing; "
                   "its 'take' call for the same page, when it is handed out, runs the same "
                   "invalidate-before-reuse check"),
+    # a forgotten block's object reused by the next block on its page (session 6)
+    _m("spare-reuse-keeps-depth", "allocation", CO,
+       "                    blk.depth = depth\n", "                    pass\n"),
+    # _blocks_unref drops the pages' references itself (session 6; as PagePool.decref_many)
+    _m("unref-released-page-is-oldest", "release order", CO,
+       "cached[page] = None  # most recently used end of the LRU",
+       "cached[page] = None; cached.move_to_end(page, last=False)"),
+    _m("unref-in-use-not-counted", "pools", CO,
+       "        pool.num_in_use -= unused\n", "        pass\n"),
+    _m("unref-unpublished-page-cached", "pools", CO,
+       "                if holds[page]:\n                    cached[page] = None",
+       "                if True:\n                    cached[page] = None"),
+    # allocate takes its blocks' pages itself (session 6; as PagePool.take_many)
+    _m("allocate-take-not-counted", "pools", CO,
+       "            apool.num_in_use += n_blocks\n", "            pass\n"),
+    _m("allocate-take-without-reference", "pools", CO,
+       "                refs[page] = 1\n", "                refs[page] = 0\n"),
     _m("make-free-one-short", "allocation", CO,
        "        while len(free) < need:\n", "        while len(free) < need - 1:\n"),
     _m("evict-one-more", "allocation", CO,
