@@ -38,7 +38,7 @@ _FAULT_NO_SENTINEL = False
 _FAULT_SKIP_REST = False
 
 
-def _chain_positions(entries: pa.Table, ga: int, gr: int) -> dict[str, np.ndarray]:
+def chain_positions(entries: pa.Table, ga: int, gr: int) -> dict[str, np.ndarray]:
     """The ``_chain`` view's rows as columns (NULL keys dropped, as the view's
     ``hash % parts = part`` drops them)."""
     rec_len = pc.list_value_length(entries["recurrent_chain"]).combine_chunks()
@@ -111,7 +111,7 @@ def probe_rows(con: duckdb.DuckDBPyConnection, done: dict[str, pa.Table] | None 
             "adopt_step FROM _entries").to_arrow_table()
         if ent["entry_seq"].null_count:
             return None
-        c = _chain_positions(ent, ga, gr)
+        c = chain_positions(ent, ga, gr)
         if done is not None and parts > 1:  # kept for the next partitions, then dropped
             done[_ENTRIES] = ent.drop_columns(["chain", "recurrent_chain"])
             done[_POSITIONS] = pa.table(c)
@@ -121,6 +121,18 @@ def probe_rows(con: duckdb.DuckDBPyConnection, done: dict[str, pa.Table] | None 
     if parts > 1:
         keep = c["hash"] % np.uint64(parts) == np.uint64(part)
         c = {k: v[keep] for k, v in c.items()}
+    return probe_table(sup, ent, c, bool(ordered))
+
+
+def probe_table(sup: pa.Table, ent: pa.Table, c: dict[str, np.ndarray], ordered: bool
+                ) -> pa.Table | None:
+    """The ``_chain_probe`` rows of the chain positions ``c`` (``chain_positions``' columns;
+    ``row`` indexes ``ent``, the ``_entries`` rows without their chains) against ``sup``, the
+    supply rows (``is_rec, hash, seq, step, is_pub, request_id``; no NULL hash) of every entry
+    the positions name. ``ordered``: ``_supply_ordered``. None: the sort would order rows
+    differently from the view's window."""
+    if sup["seq"].null_count or sup["is_rec"].null_count:
+        return None
     row = c["row"]
     nc, m = len(row), sup.num_rows
     s_rec = as_numpy(sup["is_rec"], bool)
@@ -227,21 +239,7 @@ def chain_validity_rows(con: duckdb.DuckDBPyConnection, done: dict[str, pa.Table
     if done is None or "_chain_probe" not in done:
         return None
     p = done["_chain_probe"]
-    has_seq = pc.is_valid(p["adopt_seq"])
-    has_step = pc.is_valid(p["adopt_step"])
-    valid = p["valid_entry"]
-    null_bool = pa.scalar(None, pa.bool_())
-    cols = {
-        "ep": p["ep"], "is_rec": p["is_rec"], "pos": p["pos"], "hash": p["hash"],
-        "end_tokens": p["end_tokens"], "in_reach": p["in_reach"], "has_window": has_seq,
-        "valid_entry": valid, "supply_before_entry": p["supply_before_entry"],
-        "valid_exact": pc.if_else(has_seq, valid, null_bool),
-        "supply_before_adopt": pc.if_else(has_seq, p["supply_before_entry"],
-                                          pa.scalar(None, pa.int64())),
-        "valid_m0": pc.if_else(has_step, valid, null_bool),
-        "valid_m1": pc.if_else(has_step, pc.or_(valid, p["next_published_by_other"]),
-                               null_bool),
-    }
+    cols = validity_columns(p)
     unsettled = np.flatnonzero(~as_numpy(p["settled"], bool))
     if len(unsettled) and not _FAULT_SKIP_REST:
         rest = con.sql("SELECT * FROM _chain_rest").to_arrow_table()
@@ -263,3 +261,24 @@ def chain_validity_rows(con: duckdb.DuckDBPyConnection, done: dict[str, pa.Table
             ok[mine] = valid_mask(rest[name])[theirs]
             cols[name] = pa.array(full, typ, mask=~ok)
     return pa.table(cols)
+
+
+def validity_columns(p: pa.Table) -> dict[str, pa.ChunkedArray | pa.Array]:
+    """``_chain_validity``'s columns for the probe rows ``p`` as the view's first branch projects
+    them (right for the settled rows; the others are ``_chain_rest``'s)."""
+    has_seq = pc.is_valid(p["adopt_seq"])
+    has_step = pc.is_valid(p["adopt_step"])
+    valid = p["valid_entry"]
+    null_bool = pa.scalar(None, pa.bool_())
+    cols = {
+        "ep": p["ep"], "is_rec": p["is_rec"], "pos": p["pos"], "hash": p["hash"],
+        "end_tokens": p["end_tokens"], "in_reach": p["in_reach"], "has_window": has_seq,
+        "valid_entry": valid, "supply_before_entry": p["supply_before_entry"],
+        "valid_exact": pc.if_else(has_seq, valid, null_bool),
+        "supply_before_adopt": pc.if_else(has_seq, p["supply_before_entry"],
+                                          pa.scalar(None, pa.int64())),
+        "valid_m0": pc.if_else(has_step, valid, null_bool),
+        "valid_m1": pc.if_else(has_step, pc.or_(valid, p["next_published_by_other"]),
+                               null_bool),
+    }
+    return cols
