@@ -67,8 +67,9 @@ class PartWriter:
         if parts == 1:
             self._append(0, table)
             return
-        order = np.argsort(part, kind="stable")
-        counts = np.bincount(part.astype(np.int64), minlength=parts)
+        small = part.astype(np.uint16)  # parts <= 4096: a stable sort of these is a radix sort
+        order = np.argsort(small, kind="stable")
+        counts = np.bincount(small, minlength=parts)
         table = table.take(pa.array(order))
         at = 0
         for k, cnt in enumerate(counts.tolist()):

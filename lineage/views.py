@@ -62,8 +62,9 @@ PARTITIONED_SETS: dict[str, tuple[str, ...]] = {"current": ("_chain_probe", "_ch
                                                 "reference": ()}
 PART_EVENTS = 10_000_000
 # Events per key partition of the bounded NumPy materializations (connect_parquet(accelerate=)):
-# each partition's sort and gathers then stay within a few hundred MB.
-BOUNDED_PART_EVENTS = 5_000_000
+# each partition's sort and gathers then stay within a few tens of MB (over 10M events, 8
+# partitions took 0.6x the CPU of 2 in the probe's sort and gathers; benchmarks/RESULTS.md).
+BOUNDED_PART_EVENTS = 1_000_000
 
 # Materialized views computed by their SQL only per key partition of the one view that reads
 # them (scratch -> reader): never held whole. When a Python function computes the scratch view
