@@ -32,7 +32,7 @@ import pyarrow.compute as pc
 
 from lineage.entry_order import as_numpy, small_pages
 from lineage.materialize import swap
-from lineage.probe import chain_positions, probe_table, validity_columns
+from lineage.probe import EntryArrays, chain_positions, entry_arrays, probe_table, validity_columns
 from lineage.supply import number_supply
 
 NAMES = ("_supply", "_chain_probe", "_chain_validity")
@@ -169,7 +169,7 @@ class Bounded:
         return True
 
     def _chain_split(self, con: duckdb.DuckDBPyConnection, ga: int, gr: int
-                     ) -> tuple[PartWriter, pa.Table] | None:
+                     ) -> tuple[PartWriter, EntryArrays] | None:
         """The chain positions split by key partition, and the entries' fixed columns (in the
         order the positions' ``row`` indexes)."""
         out = PartWriter(self.directory, "chain", self.parts)
@@ -191,7 +191,7 @@ class Bounded:
             out.close()
         if not fixed:
             return None
-        return out, pa.concat_tables(fixed).combine_chunks()
+        return out, entry_arrays(pa.concat_tables(fixed).combine_chunks())
 
     def _probe(self, con: duckdb.DuckDBPyConnection, stmts: list) -> bool:
         if self._supply is None:
