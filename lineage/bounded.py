@@ -48,8 +48,6 @@ _CHAIN_TYPES = {"row": np.int64, "is_rec": bool, "pos": np.int64, "hash": np.uin
 # tests set this to check that a lost partition changes the answer (negative control): the
 # last key partition's chain positions are then skipped
 _FAULT_DROP_LAST_PART = False
-# likewise: _chain_rest then sees no supply rows of the unsettled positions' entries
-_FAULT_NO_REST_SUPPLY = False
 
 
 class PartWriter:
@@ -119,8 +117,6 @@ class Bounded:
         self.directory = Path(tempfile.mkdtemp(prefix="lineage-parts-", dir=temp_directory))
         self._supply: PartWriter | None = None
         self._probed = False
-        self._rest_rows = 0  # unsettled positions, whose entries' rows are in _rest_supply
-        self._rest_table = False
 
     def materialize(self, con: duckdb.DuckDBPyConnection, name: str, stmts: list) -> bool:
         """Put the view's rows in place (True), or leave it to the SQL (False)."""
@@ -237,17 +233,6 @@ class Bounded:
             _insert(con, "_chain_probe__rest", rest, first)
             if first:
                 created += ["_chain_validity__rows", "_chain_probe__rest"]
-            if rest.num_rows:
-                self._rest_rows += rest.num_rows
-                rest_sup = self._rest_supply(k, rest)
-                if rest_sup is False:
-                    drop()
-                    return False
-                if rest_sup is not None:
-                    _insert(con, "_rest_supply", rest_sup, "_rest_supply" not in created)
-                    if "_rest_supply" not in created:
-                        created.append("_rest_supply")
-                        self._rest_table = True
         if not created:
             return False
         for st in stmts[1:]:  # the view's comments; the view is set aside until _chain_validity
@@ -257,43 +242,11 @@ class Bounded:
         self._probed = True
         return True
 
-    def _rest_supply(self, k: int, rest: pa.Table) -> pa.Table | bool | None:
-        """Partition ``k``'s ``_supply`` rows of the entries of the unsettled positions ``rest``
-        (every row of each such entry, so numbered as in the whole); None when there are none,
-        False if the numbering steps aside."""
-        assert self._supply is not None
-        rows = self._supply.read(k)
-        if rows is None:
-            return None
-        s_rec = as_numpy(rows["is_rec"], bool)
-        s_hash = as_numpy(rows["hash"], np.uint64)
-        r_rec = as_numpy(rest["is_rec"], bool)
-        r_hash = as_numpy(rest["hash"], np.uint64)
-        keep = np.zeros(len(s_hash), bool)
-        for rec in (False, True):
-            on = s_rec == rec
-            keep[on] = np.isin(s_hash[on], r_hash[r_rec == rec])
-        if not keep.any() or _FAULT_NO_REST_SUPPLY:
-            return None
-        numbered = number_supply(rows.filter(pa.array(keep)))
-        return False if numbered is None else numbered
-
     def _validity(self, con: duckdb.DuckDBPyConnection, stmts: list) -> bool:
         if not self._probed:
             return False
-        # _chain_rest reads _chain_probe (here only the unsettled positions) and, of _supply,
-        # only those positions' entries: _rest_supply stands in for it meanwhile (at 100M
-        # events _supply is spilled, and scanning it cost ~25 CPU-s)
-        if self._rest_rows:
-            if not self._rest_table:
-                con.execute("CREATE TEMP TABLE _rest_supply AS SELECT * FROM _supply LIMIT 0")
-            con.execute("ALTER TABLE _supply RENAME TO _supply__all")
-            con.execute("ALTER TABLE _rest_supply RENAME TO _supply")
-            try:
-                con.execute("INSERT INTO _chain_validity__rows SELECT * FROM _chain_rest")
-            finally:
-                con.execute("DROP TABLE _supply")
-                con.execute("ALTER TABLE _supply__all RENAME TO _supply")
+        # _chain_rest reads _chain_probe: here only the unsettled positions, all it needs
+        con.execute("INSERT INTO _chain_validity__rows SELECT * FROM _chain_rest")
         con.execute("DROP TABLE _chain_probe")
         con.execute("ALTER VIEW _chain_probe__sql RENAME TO _chain_probe")
         swap(con, "_chain_validity", stmts)
