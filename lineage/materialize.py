@@ -46,10 +46,10 @@ def keep_rows(con: duckdb.DuckDBPyConnection, name: str, stmts: list, rows: pa.T
     con.register("_accelerated_rows", rows)
     con.execute(f"CREATE TEMP TABLE {name}__rows AS SELECT * FROM _accelerated_rows")
     con.unregister("_accelerated_rows")
-    _swap(con, name, stmts)
+    swap(con, name, stmts)
 
 
-def _swap(con: duckdb.DuckDBPyConnection, name: str, stmts: list) -> None:
+def swap(con: duckdb.DuckDBPyConnection, name: str, stmts: list) -> None:
     con.execute(f"DROP VIEW {name}")
     con.execute(f"ALTER TABLE {name}__rows RENAME TO {name}")
     for st in stmts[1:]:
@@ -75,4 +75,4 @@ def materialize_sql(con: duckdb.DuckDBPyConnection, name: str, stmts: list, spli
         con.execute(f"{verb} SELECT * FROM {name}")
     if scratch is not None:
         con.execute(f"DROP TABLE {scratch}")
-    _swap(con, name, stmts)
+    swap(con, name, stmts)

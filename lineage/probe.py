@@ -21,6 +21,8 @@ against ~790k supply rows costs ~0.75 CPU-s; this, ~0.2 (benchmarks/RESULTS.md, 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import duckdb
 import numpy as np
 import pyarrow as pa
@@ -38,7 +40,7 @@ _FAULT_NO_SENTINEL = False
 _FAULT_SKIP_REST = False
 
 
-def _chain_positions(entries: pa.Table, ga: int, gr: int) -> dict[str, np.ndarray]:
+def chain_positions(entries: pa.Table, ga: int, gr: int) -> dict[str, np.ndarray]:
     """The ``_chain`` view's rows as columns (NULL keys dropped, as the view's
     ``hash % parts = part`` drops them)."""
     rec_len = pc.list_value_length(entries["recurrent_chain"]).combine_chunks()
@@ -111,7 +113,7 @@ def probe_rows(con: duckdb.DuckDBPyConnection, done: dict[str, pa.Table] | None 
             "adopt_step FROM _entries").to_arrow_table()
         if ent["entry_seq"].null_count:
             return None
-        c = _chain_positions(ent, ga, gr)
+        c = chain_positions(ent, ga, gr)
         if done is not None and parts > 1:  # kept for the next partitions, then dropped
             done[_ENTRIES] = ent.drop_columns(["chain", "recurrent_chain"])
             done[_POSITIONS] = pa.table(c)
@@ -121,12 +123,50 @@ def probe_rows(con: duckdb.DuckDBPyConnection, done: dict[str, pa.Table] | None 
     if parts > 1:
         keep = c["hash"] % np.uint64(parts) == np.uint64(part)
         c = {k: v[keep] for k, v in c.items()}
+    return probe_table(sup, entry_arrays(ent), c, bool(ordered))
+
+
+@dataclass(frozen=True, slots=True)
+class EntryArrays:
+    """The ``_entries`` columns the probe reads, one element per episode row, extracted once
+    (a key partition gathers them by its positions' ``row``)."""
+
+    ep: np.ndarray
+    entry_seq: np.ndarray
+    adopt_seq: np.ndarray
+    adopt_seq_ok: np.ndarray  # has a window and an adoption seq
+    adopt_step: np.ndarray  # -1 where NULL
+    adopt_step_ok: np.ndarray  # has a window and an adoption step >= 0
+    request_id: pa.Array
+
+
+def entry_arrays(ent: pa.Table) -> EntryArrays:
+    """From ``_entries``' ``ep, request_id, entry_seq, has_window, adopt_seq, adopt_step``."""
+    win = as_numpy(ent["has_window"], bool, 0) & valid_mask(ent["has_window"])
+    step = as_numpy(ent["adopt_step"], np.int64, -1)
+    return EntryArrays(
+        ep=as_numpy(ent["ep"], np.int64), entry_seq=as_numpy(ent["entry_seq"], np.int64),
+        adopt_seq=as_numpy(ent["adopt_seq"], np.int64),
+        adopt_seq_ok=win & valid_mask(ent["adopt_seq"]), adopt_step=step,
+        adopt_step_ok=win & valid_mask(ent["adopt_step"]) & (step >= 0),
+        request_id=ent["request_id"].combine_chunks())
+
+
+def probe_table(sup: pa.Table, ent: EntryArrays, c: dict[str, np.ndarray], ordered: bool
+                ) -> pa.Table | None:
+    """The ``_chain_probe`` rows of the chain positions ``c`` (``chain_positions``' columns;
+    ``row`` indexes ``ent``, the ``_entries`` rows' columns) against ``sup``, the
+    supply rows (``is_rec, hash, seq, step, is_pub, request_id``; no NULL hash) of every entry
+    the positions name. ``ordered``: ``_supply_ordered``. None: the sort would order rows
+    differently from the view's window."""
+    if sup["seq"].null_count or sup["is_rec"].null_count:
+        return None
     row = c["row"]
     nc, m = len(row), sup.num_rows
     s_rec = as_numpy(sup["is_rec"], bool)
     s_hash = as_numpy(sup["hash"], np.uint64)
     s_seq = as_numpy(sup["seq"], np.int64)
-    e_seq = as_numpy(ent["entry_seq"], np.int64)[row]
+    e_seq = ent.entry_seq[row]
     sorted_ = entry_order(np.concatenate([s_rec, c["is_rec"]]),
                           np.concatenate([s_hash, c["hash"]]),
                           np.concatenate([s_seq, e_seq]), m)
@@ -171,11 +211,10 @@ def probe_rows(con: duckdb.DuckDBPyConnection, done: dict[str, pa.Table] | None 
         valid_entry = has & (n > 0) & s_pub[jm]
     else:
         valid_entry = (n > 0) & s_pub[jm]
-    win = as_numpy(ent["has_window"], bool, 0)[row] & valid_mask(ent["has_window"])[row]
-    a_seq_ok = win & valid_mask(ent["adopt_seq"])[row]
-    a_seq = as_numpy(ent["adopt_seq"], np.int64)[row]
-    a_step_raw = as_numpy(ent["adopt_step"], np.int64, -1)[row]
-    a_step_ok = win & valid_mask(ent["adopt_step"])[row] & (a_step_raw >= 0)
+    a_seq_ok = ent.adopt_seq_ok[row]
+    a_seq = ent.adopt_seq[row]
+    a_step_raw = ent.adopt_step[row]
+    a_step_ok = ent.adopt_step_ok[row]
     s_seq_o = s_seq[sup_order] if m else np.zeros(1, np.int64)
     nx_seq, nx_step, nx_pub = s_seq_o[j], s_step[j], s_pub[j]
     nx_step_ok = s_step_ok[j]
@@ -189,7 +228,7 @@ def probe_rows(con: duckdb.DuckDBPyConnection, done: dict[str, pa.Table] | None 
     cj = np.flatnonzero(cand)
     if len(cj):
         sup_req = sup["request_id"].take(pa.array(sup_order[j[cj]]))
-        ep_req = ent["request_id"].take(pa.array(row[cj]))
+        ep_req = ent.request_id.take(pa.array(row[cj]))
         same_req = pc.fill_null(pc.equal(sup_req, ep_req), False)
         other[cj] = ~np.asarray(same_req.to_numpy(zero_copy_only=False), bool)
     npbo = cand & other
@@ -201,7 +240,7 @@ def probe_rows(con: duckdb.DuckDBPyConnection, done: dict[str, pa.Table] | None 
            | (nx_step_ok & (nx_step == a_step_raw)
               & ((nx_pub & other) | ~next_ok | (next_step != a_step_raw)))))
     settled = exact_ok & step_ok
-    ep = as_numpy(ent["ep"], np.int64)[row]
+    ep = ent.ep[row]
     return pa.table({
         "ep": pa.array(ep, pa.int64()),
         "is_rec": pa.array(c["is_rec"]),
@@ -227,21 +266,7 @@ def chain_validity_rows(con: duckdb.DuckDBPyConnection, done: dict[str, pa.Table
     if done is None or "_chain_probe" not in done:
         return None
     p = done["_chain_probe"]
-    has_seq = pc.is_valid(p["adopt_seq"])
-    has_step = pc.is_valid(p["adopt_step"])
-    valid = p["valid_entry"]
-    null_bool = pa.scalar(None, pa.bool_())
-    cols = {
-        "ep": p["ep"], "is_rec": p["is_rec"], "pos": p["pos"], "hash": p["hash"],
-        "end_tokens": p["end_tokens"], "in_reach": p["in_reach"], "has_window": has_seq,
-        "valid_entry": valid, "supply_before_entry": p["supply_before_entry"],
-        "valid_exact": pc.if_else(has_seq, valid, null_bool),
-        "supply_before_adopt": pc.if_else(has_seq, p["supply_before_entry"],
-                                          pa.scalar(None, pa.int64())),
-        "valid_m0": pc.if_else(has_step, valid, null_bool),
-        "valid_m1": pc.if_else(has_step, pc.or_(valid, p["next_published_by_other"]),
-                               null_bool),
-    }
+    cols = validity_columns(p)
     unsettled = np.flatnonzero(~as_numpy(p["settled"], bool))
     if len(unsettled) and not _FAULT_SKIP_REST:
         rest = con.sql("SELECT * FROM _chain_rest").to_arrow_table()
@@ -263,3 +288,24 @@ def chain_validity_rows(con: duckdb.DuckDBPyConnection, done: dict[str, pa.Table
             ok[mine] = valid_mask(rest[name])[theirs]
             cols[name] = pa.array(full, typ, mask=~ok)
     return pa.table(cols)
+
+
+def validity_columns(p: pa.Table) -> dict[str, pa.ChunkedArray | pa.Array]:
+    """``_chain_validity``'s columns for the probe rows ``p`` as the view's first branch projects
+    them (right for the settled rows; the others are ``_chain_rest``'s)."""
+    has_seq = pc.is_valid(p["adopt_seq"])
+    has_step = pc.is_valid(p["adopt_step"])
+    valid = p["valid_entry"]
+    null_bool = pa.scalar(None, pa.bool_())
+    cols = {
+        "ep": p["ep"], "is_rec": p["is_rec"], "pos": p["pos"], "hash": p["hash"],
+        "end_tokens": p["end_tokens"], "in_reach": p["in_reach"], "has_window": has_seq,
+        "valid_entry": valid, "supply_before_entry": p["supply_before_entry"],
+        "valid_exact": pc.if_else(has_seq, valid, null_bool),
+        "supply_before_adopt": pc.if_else(has_seq, p["supply_before_entry"],
+                                          pa.scalar(None, pa.int64())),
+        "valid_m0": pc.if_else(has_step, valid, null_bool),
+        "valid_m1": pc.if_else(has_step, pc.or_(valid, p["next_published_by_other"]),
+                               null_bool),
+    }
+    return cols

@@ -24,7 +24,12 @@ from lineage.entry_order import as_numpy, entry_order, valid_mask
 def supply_rows(con: duckdb.DuckDBPyConnection, done: dict[str, pa.Table] | None = None
                 ) -> pa.Table | None:
     """``SELECT * FROM _supply``, computed from ``_supply_rows`` in NumPy (None: run the SQL)."""
-    rows = con.sql("SELECT * FROM _supply_rows").to_arrow_table()
+    return number_supply(con.sql("SELECT * FROM _supply_rows").to_arrow_table())
+
+
+def number_supply(rows: pa.Table) -> pa.Table | None:
+    """``rows`` (``_supply_rows``' columns, every row of each entry they hold) with ``_supply``'s
+    numbering columns appended (None: the window would order them differently, or no rows)."""
     m = rows.num_rows
     if not m or rows["seq"].null_count or rows["hash"].null_count or rows["is_rec"].null_count:
         return None

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import duckdb
 import pyarrow as pa
 
+from lineage.bounded import Bounded
 from lineage.materialize import Accelerator, accelerated, keep_rows, materialize_sql
 from lineage.probe import chain_validity_rows, probe_rows
 from lineage.sql_files import (
@@ -62,6 +63,10 @@ HEAVY = HEAVY_SETS["current"]
 PARTITIONED_SETS: dict[str, tuple[str, ...]] = {"current": ("_chain_probe", "_chain_validity"),
                                                 "reference": ()}
 PART_EVENTS = 10_000_000
+# Events per key partition of the bounded NumPy materializations (connect_parquet(accelerate=)):
+# each partition's sort and gathers then stay within a few tens of MB (over 10M events, 8
+# partitions took 0.6x the CPU of 2 in the probe's sort and gathers; benchmarks/RESULTS.md).
+BOUNDED_PART_EVENTS = 1_000_000
 
 # Materialized views computed by their SQL only per key partition of the one view that reads
 # them (scratch -> reader): never held whole. When a Python function computes the scratch view
@@ -88,7 +93,8 @@ _IDENT = re.compile(r"^[a-z_][a-z0-9_]*$")
 def create_views(con: duckdb.DuckDBPyConnection, meta: RunMeta,
                  materialize: tuple[str, ...] = (), sql: str = "current",
                  on_view: Callable[[str], None] | None = None, parts: int = 1,
-                 accelerate: bool = True, only: frozenset[str] | None = None) -> None:
+                 accelerate: bool = True, bounded: Bounded | None = None,
+                 only: frozenset[str] | None = None) -> None:
     """Bind the grids into ``_params`` and create every view (the table ``events`` must exist;
     ``only``: just those views and what they read, see :func:`creation_order`).
 
@@ -100,7 +106,24 @@ def create_views(con: duckdb.DuckDBPyConnection, meta: RunMeta,
     partition at a time (the rows of each appended), which bounds their memory; the rows are
     the same. With ``accelerate`` the materialized views of :data:`ACCELERATED` (current set
     only) are computed by their Python function where it applies; the rows are the same.
+    ``bounded`` (current set only; instead of ``accelerate``) computes ``_supply``,
+    ``_chain_probe`` and ``_chain_validity`` in NumPy key partition by key partition into TEMP
+    tables (lineage/bounded.py); it is closed (its scratch files removed) at the end.
     """
+    if bounded is not None and sql != "current":
+        raise ValueError("bounded materializations need the current SQL set")
+    try:
+        _create_views(con, meta, materialize, sql, on_view, parts,
+                      accelerate and bounded is None, bounded, only)
+    finally:
+        if bounded is not None:
+            bounded.close()
+
+
+def _create_views(con: duckdb.DuckDBPyConnection, meta: RunMeta, materialize: tuple[str, ...],
+                  sql: str, on_view: Callable[[str], None] | None, parts: int,
+                  accelerate: bool, bounded: Bounded | None,
+                  only: frozenset[str] | None) -> None:
     if not 1 <= parts <= 4096:
         raise ValueError(f"parts must be 1..4096, got {parts}")
     if parts > 1 and not set(PARTITIONED_SETS[sql]) <= set(materialize):
@@ -120,6 +143,10 @@ def create_views(con: duckdb.DuckDBPyConnection, meta: RunMeta,
         if name in materialize:
             # identifiers cannot be bound; these come from our own file names, checked here
             assert _IDENT.match(name), f"SQL file name {name!r} is not a plain identifier"
+            if bounded is not None and bounded.materialize(con, name, stmts):
+                if on_view is not None:
+                    on_view(name)
+                continue
             scratch = deferred.pop(name, None)  # a scratch view this one reads, deferred
             split = parts if name in PARTITIONED_SETS[sql] else 1
             if name in SCRATCH_SETS[sql].values() and scratch is None:
@@ -218,7 +245,7 @@ def connect(table: pa.Table, meta: RunMeta | None = None, *, source: str = "tabl
     heavy = HEAVY_SETS[sql] if materialize else ()
     if only is not None:
         heavy = tuple(n for n in heavy if n in creation_order(sql, only))
-    create_views(con, meta, heavy, sql, on_view, parts, accelerate, only)
+    create_views(con, meta, heavy, sql, on_view, parts, accelerate, only=only)
     return con
 
 
@@ -226,7 +253,8 @@ def connect_parquet(paths: list[str], meta: RunMeta | None = None, *, database: 
                     memory_limit: str, temp_directory: str, materialize: bool = True,
                     threads: int | None = None, sql: str = "current",
                     on_view: Callable[[str], None] | None = None, parts: int | None = None,
-                    accelerate: bool = False) -> duckdb.DuckDBPyConnection:
+                    accelerate: bool = False, bounded_parts: int | None = None
+                    ) -> duckdb.DuckDBPyConnection:
     """Like :func:`connect`, for event tables larger than memory: the Parquet files in
     ``paths`` (one run, e.g. written tile by tile) are read by DuckDB itself (never into
     Python), under ``memory_limit``, spilling to ``temp_directory``. Every file must carry the
@@ -235,9 +263,10 @@ def connect_parquet(paths: list[str], meta: RunMeta | None = None, *, database: 
     spilling to ``temp_directory``); the database file ``database`` holds only the views.
     ``meta`` defaults to the first file's ``hybridmem.meta``; ``on_view`` as in
     :func:`connect`; ``parts`` (see :func:`create_views`) defaults to one key partition per
-    :data:`PART_EVENTS` events (from the files' footers). ``accelerate`` (off by default
-    here: the Python functions hold a partition's columns outside DuckDB's memory limit) see
-    :func:`create_views`.
+    :data:`PART_EVENTS` events (from the files' footers). ``accelerate`` computes ``_supply``,
+    ``_chain_probe`` and ``_chain_validity`` in NumPy key partition by key partition
+    (lineage/bounded.py: scratch files in ``temp_directory``, the rows in TEMP tables), in
+    ``bounded_parts`` partitions (default one per :data:`BOUNDED_PART_EVENTS` events).
     """
     import pyarrow.parquet as pq
 
@@ -263,8 +292,12 @@ def connect_parquet(paths: list[str], meta: RunMeta | None = None, *, database: 
     con.read_parquet(paths).select(", ".join(LINEAGE_COLUMNS)).create_view(EVENTS)
     if on_view is not None:
         on_view(EVENTS)
+    bounded = None
+    if accelerate and materialize and sql == "current":
+        bounded = Bounded(max(1, -(-rows // BOUNDED_PART_EVENTS)) if bounded_parts is None
+                          else bounded_parts, temp_directory)
     create_views(con, meta, HEAVY_SETS[sql] if materialize else (), sql, on_view, parts,
-                 accelerate)
+                 accelerate=False, bounded=bounded)
     return con
 
 

@@ -1,0 +1,254 @@
+"""The NumPy materializations of ``_supply``, ``_chain_probe`` and ``_chain_validity`` for event
+tables larger than memory (``views.connect_parquet(accelerate=True)``): partition-local, each
+key partition's rows written into TEMP tables (DuckDB's memory limit, spilling), never held
+whole in Python.
+
+    _supply_rows --stream--> split by hash % parts --> supply part files (Arrow IPC, temp dir)
+    per part k:  supply file k --number_supply--> INSERT INTO _supply
+    _entries ----stream--> chain positions flattened once, split alike --> chain part files
+    per part k:  supply file k + chain file k --probe_table-->
+                     settled positions   --> INSERT INTO _chain_validity
+                     unsettled positions --> _chain_probe (a small TEMP table, ~1%)
+    once:        INSERT INTO _chain_validity SELECT * FROM _chain_rest   (its SQL)
+
+Every row of the three views depends on one entry's (``(is_rec, hash)``) rows only, so the key
+partitions give the rows of the whole (``_supply_ordered``, the one global fact, is a SQL view
+over the finished ``_supply``). Python holds one stream batch while splitting and one partition
+while computing, plus the entries' fixed columns (about 50 bytes per episode). A NULL hash among
+the supply rows (the window keeps all of them as one entry), or anything the NumPy functions
+step aside for, falls back to the SQL for the view and every later one of the three.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from lineage.entry_order import as_numpy, small_pages
+from lineage.materialize import swap
+from lineage.probe import EntryArrays, chain_positions, entry_arrays, probe_table, validity_columns
+from lineage.supply import number_supply
+
+NAMES = ("_supply", "_chain_probe", "_chain_validity")
+# rows per stream batch while splitting (supply rows; episodes for the chains)
+BATCH_ROWS = 1 << 20
+BATCH_EPISODES = 1 << 17
+# the probe's supply columns
+_SUP_COLS = ["is_rec", "hash", "seq", "step", "is_pub", "request_id"]
+_ENT_COLS = ["ep", "request_id", "entry_seq", "has_window", "adopt_seq", "adopt_step"]
+_CHAIN_TYPES = {"row": np.int64, "is_rec": bool, "pos": np.int64, "hash": np.uint64,
+                "end": np.int64, "reach": bool}
+
+# tests set this to check that a lost partition changes the answer (negative control): the
+# last key partition's chain positions are then skipped
+_FAULT_DROP_LAST_PART = False
+
+
+class PartWriter:
+    """One Arrow IPC file per key partition, appended batch by batch (created on first rows)."""
+
+    def __init__(self, directory: Path, stem: str, parts: int) -> None:
+        self.paths = [directory / f"{stem}_{k:04d}.arrow" for k in range(parts)]
+        self._writers: list[pa.ipc.RecordBatchFileWriter | None] = [None] * parts
+        self.schema: pa.Schema | None = None
+
+    def write(self, table: pa.Table, part: np.ndarray) -> None:
+        """Append each row of ``table`` to the file of its partition ``part`` (uint64)."""
+        self.schema = table.schema
+        if not table.num_rows:
+            return
+        parts = len(self.paths)
+        if parts == 1:
+            self._append(0, table)
+            return
+        small = part.astype(np.uint16)  # parts <= 4096: a stable sort of these is a radix sort
+        order = np.argsort(small, kind="stable")
+        counts = np.bincount(small, minlength=parts)
+        table = table.take(pa.array(order))
+        at = 0
+        for k, cnt in enumerate(counts.tolist()):
+            if cnt:
+                self._append(k, table.slice(at, cnt))
+            at += cnt
+
+    def _append(self, k: int, table: pa.Table) -> None:
+        w = self._writers[k]
+        if w is None:
+            w = self._writers[k] = pa.ipc.new_file(str(self.paths[k]), table.schema)
+        w.write_table(table)
+
+    def close(self) -> None:
+        for w in self._writers:
+            if w is not None:
+                w.close()
+        self._writers = [None] * len(self._writers)
+
+    def read(self, k: int, columns: list[str] | None = None) -> pa.Table | None:
+        """Partition ``k``'s rows (memory-mapped), or None when it has none."""
+        if not self.paths[k].exists():
+            return None
+        table = pa.ipc.open_file(pa.memory_map(str(self.paths[k]))).read_all()
+        return table.select(columns) if columns is not None else table
+
+
+def _insert(con: duckdb.DuckDBPyConnection, table: str, rows: pa.Table, first: bool) -> None:
+    con.register("_bounded_rows", rows)
+    verb = f"CREATE TEMP TABLE {table} AS" if first else f"INSERT INTO {table}"
+    con.execute(f"{verb} SELECT * FROM _bounded_rows")
+    con.unregister("_bounded_rows")
+
+
+class Bounded:
+    """The three views computed key partition by key partition (``parts``), scratch files under
+    ``temp_directory``. ``create_views`` calls :meth:`materialize` at each materialized view and
+    :meth:`close` at the end."""
+
+    def __init__(self, parts: int, temp_directory: str) -> None:
+        if not 1 <= parts <= 4096:
+            raise ValueError(f"parts must be 1..4096, got {parts}")
+        self.parts = parts
+        Path(temp_directory).mkdir(parents=True, exist_ok=True)
+        self.directory = Path(tempfile.mkdtemp(prefix="lineage-parts-", dir=temp_directory))
+        self._supply: PartWriter | None = None
+        self._probed = False
+
+    def materialize(self, con: duckdb.DuckDBPyConnection, name: str, stmts: list) -> bool:
+        """Put the view's rows in place (True), or leave it to the SQL (False)."""
+        with small_pages():
+            if name == "_supply":
+                return self._supply_rows(con, stmts)
+            if name == "_chain_probe":
+                return self._probe(con, stmts)
+            if name == "_chain_validity":
+                return self._validity(con, stmts)
+        return False
+
+    def close(self) -> None:
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    def _split(self, con: duckdb.DuckDBPyConnection, query: str, stem: str, batch: int
+               ) -> PartWriter | None:
+        out = PartWriter(self.directory, stem, self.parts)
+        reader = con.sql(query).to_arrow_reader(batch)
+        try:
+            for b in reader:
+                if b.column("hash").null_count:
+                    return None
+                part = as_numpy(b.column("hash"), np.uint64) % np.uint64(self.parts)
+                out.write(pa.Table.from_batches([b]), part)
+        finally:
+            out.close()
+        return out
+
+    def _supply_rows(self, con: duckdb.DuckDBPyConnection, stmts: list) -> bool:
+        split = self._split(con, "SELECT * FROM _supply_rows", "supply", BATCH_ROWS)
+        if split is None:
+            return False
+        first = True
+        for k in range(self.parts):
+            rows = split.read(k)
+            if rows is None:
+                continue
+            numbered = number_supply(rows)
+            if numbered is None:
+                if not first:
+                    con.execute("DROP TABLE _supply__rows")
+                return False
+            _insert(con, "_supply__rows", numbered, first)
+            first = False
+        if first:  # no supply rows at all
+            return False
+        swap(con, "_supply", stmts)
+        self._supply = split
+        return True
+
+    def _chain_split(self, con: duckdb.DuckDBPyConnection, ga: int, gr: int
+                     ) -> tuple[PartWriter, EntryArrays] | None:
+        """The chain positions split by key partition, and the entries' fixed columns (in the
+        order the positions' ``row`` indexes)."""
+        out = PartWriter(self.directory, "chain", self.parts)
+        fixed = []
+        offset = 0
+        reader = con.sql(f"SELECT {', '.join(_ENT_COLS)}, chain, recurrent_chain "
+                             "FROM _entries").to_arrow_reader(BATCH_EPISODES)
+        try:
+            for b in reader:
+                t = pa.Table.from_batches([b])
+                if t["entry_seq"].null_count:
+                    return None
+                c = chain_positions(t, ga, gr)
+                c["row"] += offset
+                offset += t.num_rows
+                fixed.append(t.select(_ENT_COLS))
+                out.write(pa.table(c), c["hash"] % np.uint64(self.parts))
+        finally:
+            out.close()
+        if not fixed:
+            return None
+        return out, entry_arrays(pa.concat_tables(fixed).combine_chunks())
+
+    def _probe(self, con: duckdb.DuckDBPyConnection, stmts: list) -> bool:
+        if self._supply is None:
+            return False
+        ((ga, gr),) = con.execute(
+            "SELECT attention_grid_tokens, recurrent_grid_tokens FROM _params").fetchall()
+        ((ordered,),) = con.execute("SELECT ordered FROM _supply_ordered").fetchall()
+        if ga <= 0 or gr <= 0:
+            return False
+        split = self._chain_split(con, ga, gr)
+        if split is None:
+            return False
+        chains, ent = split
+        sup_schema = self._supply.schema
+        assert sup_schema is not None
+        empty_sup = sup_schema.empty_table().select(_SUP_COLS)
+        created: list[str] = []
+
+        def drop() -> None:
+            for t in created:
+                con.execute(f"DROP TABLE {t}")
+
+        last = self.parts - 1 if _FAULT_DROP_LAST_PART else self.parts
+        for k in range(last):
+            ct = chains.read(k)
+            if ct is None:
+                continue
+            c = {n: as_numpy(ct[n], _CHAIN_TYPES[n]) for n in _CHAIN_TYPES}
+            sup = self._supply.read(k, _SUP_COLS)
+            p = probe_table(sup if sup is not None else empty_sup, ent, c, bool(ordered))
+            if p is None:
+                drop()
+                return False
+            settled = p["settled"]
+            done = p.filter(settled)
+            rest = p.filter(pc.invert(settled))
+            first = not created
+            _insert(con, "_chain_validity__rows", pa.table(validity_columns(done)), first)
+            _insert(con, "_chain_probe__rest", rest, first)
+            if first:
+                created += ["_chain_validity__rows", "_chain_probe__rest"]
+        if not created:
+            return False
+        for st in stmts[1:]:  # the view's comments; the view is set aside until _chain_validity
+            con.execute(st.query)
+        con.execute("ALTER VIEW _chain_probe RENAME TO _chain_probe__sql")
+        con.execute("ALTER TABLE _chain_probe__rest RENAME TO _chain_probe")
+        self._probed = True
+        return True
+
+    def _validity(self, con: duckdb.DuckDBPyConnection, stmts: list) -> bool:
+        if not self._probed:
+            return False
+        # _chain_rest reads _chain_probe: here only the unsettled positions, all it needs
+        con.execute("INSERT INTO _chain_validity__rows SELECT * FROM _chain_rest")
+        con.execute("DROP TABLE _chain_probe")
+        con.execute("ALTER VIEW _chain_probe__sql RENAME TO _chain_probe")
+        swap(con, "_chain_validity", stmts)
+        self.close()
+        return True
