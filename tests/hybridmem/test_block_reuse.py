@@ -5,17 +5,13 @@ page the block of another page is told apart)."""
 
 import pytest
 
-from benchmarks.bench_allocator import run_mix, workload
+from benchmarks.bench_allocator import run_mix
 from hybridmem.budget import parse_budget, plan_budget
 from hybridmem.cached_org import Block, CachedOrganization
 from hybridmem.events import RecordingObserver
-from hybridmem.geometry import PRESETS
 from hybridmem.organization import build
-from hybridmem.page_pool import PagePool
-from hybridmem.units import derive_units
 
-U = derive_units(PRESETS["falcon-h1-7b"])
-PROMPTS = workload(40)
+from .pool_calls import PROMPTS, U, record_pool_calls
 
 
 class _NoSpare(list):
@@ -33,15 +29,9 @@ class _ShiftedSpare(list):
 
 
 def _run(org_name, monkeypatch, spare_cls=None):
-    calls, reused = [], []
-    real_init = PagePool.__init__
-
-    def init(self, name, num_pages):
-        real_init(self, name, num_pages)
-        self.watcher = lambda *call: calls.append(call)
-
+    reused = []
     with monkeypatch.context() as m:
-        m.setattr(PagePool, "__init__", init)
+        calls = record_pool_calls(m)
         if spare_cls is not None:
             def spare(self, pool):
                 lst = spare_cls([None] * pool.total)

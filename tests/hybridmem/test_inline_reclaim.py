@@ -5,15 +5,11 @@ general path reclaiming the newest page instead of the oldest is told apart)."""
 
 import pytest
 
-from benchmarks.bench_allocator import run_mix, workload
+from benchmarks.bench_allocator import run_mix
 from hybridmem.cached_org import CachedOrganization
 from hybridmem.events import Cause, EventKind, RecordingObserver, StateKind
-from hybridmem.geometry import PRESETS
-from hybridmem.page_pool import PagePool
-from hybridmem.units import derive_units
 
-U = derive_units(PRESETS["falcon-h1-7b"])
-PROMPTS = workload(40)
+from .pool_calls import PROMPTS, U, record_pool_calls
 
 
 def _general(newest=False):
@@ -26,15 +22,8 @@ def _general(newest=False):
 
 
 def _run(org_name, monkeypatch, make_free=None):
-    calls = []
-    real_init = PagePool.__init__
-
-    def init(self, name, num_pages):
-        real_init(self, name, num_pages)
-        self.watcher = lambda *call: calls.append(call)
-
     with monkeypatch.context() as m:
-        m.setattr(PagePool, "__init__", init)
+        calls = record_pool_calls(m)
         if make_free is not None:
             m.setattr(CachedOrganization, "_make_free", make_free)
         obs = RecordingObserver()
