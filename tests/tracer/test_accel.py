@@ -63,6 +63,16 @@ def tricky_events() -> list[Event | tuple[str, Event]]:
         ("raises", Event(EventKind.PUBLICATION, request_id="bad-\udc80")),  # not UTF-8
         Event(EventKind.FINISH, 99, "new-b", outcome=Outcome.OK),
     ]
+    # ints around one CPython digit (2**30), which the compiled path reads directly
+    for v in (0, 1, -1, 2**30 - 1, 2**30, -(2**30 - 1), -(2**30), 2**31 - 1, -(2**31), 2**60):
+        out.append(Event(EventKind.PUBLICATION, v, "new-b", hash=abs(v), depth=v, page=-v,
+                         line=v, need=v, free=-v))
+        if -(2**31) <= v < 2**31:
+            out.append(Event(EventKind.LOSS, 1, "new-b", preemption_count=v))
+        else:
+            out.append(("raises", Event(EventKind.LOSS, 1, "new-b", preemption_count=v)))
+    out.append(("raises", Event(EventKind.PUBLICATION, hash=-1, request_id="never-defined")))
+    out.append(("raises", Event(EventKind.PUBLICATION, hash=-(2**30), request_id="never-def")))
     return out
 
 
