@@ -92,30 +92,8 @@ static inline void put_u64(unsigned char *p, uint64_t v) {
  * Each returns 0 and sets *out for an int (IntEnum and bool included, as struct accepts them)
  * within the struct code's range; -1 otherwise, with no exception set (the Python path then
  * decides: it may accept an __index__ object such as a numpy integer, or raise ValueError). */
-/* The value of an int of one CPython digit (|v| < 2**30: every field of a typical event) read
- * from the object, as PyLong_AsLongLongAndOverflow would return it; 0 for any other int. The
- * general call costs ~25 instructions a field (11 fields an event), this a handful. */
-static inline int one_digit(PyObject *o, long long *v) {
-#if PY_VERSION_HEX >= 0x030C0000
-    if (!PyUnstable_Long_IsCompact((PyLongObject *)o)) return 0;
-    *v = (long long)PyUnstable_Long_CompactValue((PyLongObject *)o);
-    return 1;
-#else
-    Py_ssize_t size = Py_SIZE(o);
-    if (size < -1 || size > 1) return 0;
-    *v = size * (long long)((PyLongObject *)o)->ob_digit[0];
-    return 1;
-#endif
-}
-
 static inline int as_i64(PyObject *o, int64_t lo, int64_t hi, int64_t *out) {
     if (!PyLong_Check(o)) return -1;
-    long long small;
-    if (one_digit(o, &small)) {
-        if (small < lo || small > hi) return -1;
-        *out = (int64_t)small;
-        return 0;
-    }
     int overflow;
     long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
     if (overflow || (v == -1 && PyErr_Occurred())) { PyErr_Clear(); return -1; }
@@ -126,12 +104,6 @@ static inline int as_i64(PyObject *o, int64_t lo, int64_t hi, int64_t *out) {
 
 static inline int as_u64(PyObject *o, uint64_t *out) {
     if (!PyLong_Check(o)) return -1;
-    long long small;
-    if (one_digit(o, &small)) {
-        if (small < 0) return -1;
-        *out = (uint64_t)small;
-        return 0;
-    }
     int overflow;
     long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
     if (!overflow) {
