@@ -297,7 +297,7 @@ def validity_columns(p: pa.Table) -> dict[str, pa.ChunkedArray | pa.Array]:
     has_step = pc.is_valid(p["adopt_step"])
     valid = p["valid_entry"]
     null_bool = pa.scalar(None, pa.bool_())
-    cols = {
+    return {
         "ep": p["ep"], "is_rec": p["is_rec"], "pos": p["pos"], "hash": p["hash"],
         "end_tokens": p["end_tokens"], "in_reach": p["in_reach"], "has_window": has_seq,
         "valid_entry": valid, "supply_before_entry": p["supply_before_entry"],
@@ -308,4 +308,3 @@ def validity_columns(p: pa.Table) -> dict[str, pa.ChunkedArray | pa.Array]:
         "valid_m1": pc.if_else(has_step, pc.or_(valid, p["next_published_by_other"]),
                                null_bool),
     }
-    return cols

@@ -115,8 +115,7 @@ def run_query(con: duckdb.DuckDBPyConnection, sql: str, *, allow_files: bool = F
         # still ending at interpreter exit could drop the last reference there and run
         # DuckDB's destructor in a thread being torn down (abort, exit status 134)
         timer.cancel()
-        if timer is not threading.current_thread():
-            timer.join()
+        timer.join()
 
     def failed(exc: BaseException) -> QueryError:
         if timed_out.is_set():

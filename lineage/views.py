@@ -242,10 +242,8 @@ def connect(table: pa.Table, meta: RunMeta | None = None, *, source: str = "tabl
         con.execute(f"CREATE VIEW {EVENTS} AS SELECT * FROM _events_arrow")
     if on_view is not None:
         on_view(EVENTS)
-    heavy = HEAVY_SETS[sql] if materialize else ()
-    if only is not None:
-        heavy = tuple(n for n in heavy if n in creation_order(sql, only))
-    create_views(con, meta, heavy, sql, on_view, parts, accelerate, only=only)
+    create_views(con, meta, HEAVY_SETS[sql] if materialize else (), sql, on_view, parts,
+                 accelerate, only=only)
     return con
 
 
