@@ -31,11 +31,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lineage.entry_order import as_numpy, small_pages
+from lineage.episode_ranges import EpisodeRanges, by_range
 from lineage.materialize import swap
+from lineage.part_files import PartWriter
 from lineage.probe import EntryArrays, chain_positions, entry_arrays, probe_table, validity_columns
 from lineage.supply import number_supply
 
 NAMES = ("_supply", "_chain_probe", "_chain_validity")
+# computed episode range by episode range after them (lineage/episode_ranges.py)
+RANGE_NAMES = ("_episode_depths", "_window_flips", "_boundaries")
 # rows per stream batch while splitting (supply rows; episodes for the chains)
 BATCH_ROWS = 1 << 20
 BATCH_EPISODES = 1 << 17
@@ -48,53 +52,6 @@ _CHAIN_TYPES = {"row": np.int64, "is_rec": bool, "pos": np.int64, "hash": np.uin
 # tests set this to check that a lost partition changes the answer (negative control): the
 # last key partition's chain positions are then skipped
 _FAULT_DROP_LAST_PART = False
-
-
-class PartWriter:
-    """One Arrow IPC file per key partition, appended batch by batch (created on first rows)."""
-
-    def __init__(self, directory: Path, stem: str, parts: int) -> None:
-        self.paths = [directory / f"{stem}_{k:04d}.arrow" for k in range(parts)]
-        self._writers: list[pa.ipc.RecordBatchFileWriter | None] = [None] * parts
-        self.schema: pa.Schema | None = None
-
-    def write(self, table: pa.Table, part: np.ndarray) -> None:
-        """Append each row of ``table`` to the file of its partition ``part`` (uint64)."""
-        self.schema = table.schema
-        if not table.num_rows:
-            return
-        parts = len(self.paths)
-        if parts == 1:
-            self._append(0, table)
-            return
-        small = part.astype(np.uint16)  # parts <= 4096: a stable sort of these is a radix sort
-        order = np.argsort(small, kind="stable")
-        counts = np.bincount(small, minlength=parts)
-        table = table.take(pa.array(order))
-        at = 0
-        for k, cnt in enumerate(counts.tolist()):
-            if cnt:
-                self._append(k, table.slice(at, cnt))
-            at += cnt
-
-    def _append(self, k: int, table: pa.Table) -> None:
-        w = self._writers[k]
-        if w is None:
-            w = self._writers[k] = pa.ipc.new_file(str(self.paths[k]), table.schema)
-        w.write_table(table)
-
-    def close(self) -> None:
-        for w in self._writers:
-            if w is not None:
-                w.close()
-        self._writers = [None] * len(self._writers)
-
-    def read(self, k: int, columns: list[str] | None = None) -> pa.Table | None:
-        """Partition ``k``'s rows (memory-mapped), or None when it has none."""
-        if not self.paths[k].exists():
-            return None
-        table = pa.ipc.open_file(pa.memory_map(str(self.paths[k]))).read_all()
-        return table.select(columns) if columns is not None else table
 
 
 def _insert(con: duckdb.DuckDBPyConnection, table: str, rows: pa.Table, first: bool) -> None:
@@ -117,6 +74,8 @@ class Bounded:
         self.directory = Path(tempfile.mkdtemp(prefix="lineage-parts-", dir=temp_directory))
         self._supply: PartWriter | None = None
         self._probed = False
+        self._ranges: EpisodeRanges | None = None
+        self._validity_done = False
 
     def materialize(self, con: duckdb.DuckDBPyConnection, name: str, stmts: list) -> bool:
         """Put the view's rows in place (True), or leave it to the SQL (False)."""
@@ -127,6 +86,8 @@ class Bounded:
                 return self._probe(con, stmts)
             if name == "_chain_validity":
                 return self._validity(con, stmts)
+            if name in RANGE_NAMES:
+                return self._by_range(con, name, stmts)
         return False
 
     def close(self) -> None:
@@ -175,8 +136,9 @@ class Bounded:
         out = PartWriter(self.directory, "chain", self.parts)
         fixed = []
         offset = 0
-        reader = con.sql(f"SELECT {', '.join(_ENT_COLS)}, chain, recurrent_chain "
-                             "FROM _entries").to_arrow_reader(BATCH_EPISODES)
+        ranges = self._ranges
+        assert ranges is not None
+        reader = con.sql("SELECT * FROM _entries").to_arrow_reader(BATCH_EPISODES)
         try:
             for b in reader:
                 t = pa.Table.from_batches([b])
@@ -187,8 +149,10 @@ class Bounded:
                 offset += t.num_rows
                 fixed.append(t.select(_ENT_COLS))
                 out.write(pa.table(c), c["hash"] % np.uint64(self.parts))
+                ranges.entries.write(t, ranges.index(t["ep"]))
         finally:
             out.close()
+            ranges.entries.close()
         if not fixed:
             return None
         return out, entry_arrays(pa.concat_tables(fixed).combine_chunks())
@@ -201,6 +165,8 @@ class Bounded:
         ((ordered,),) = con.execute("SELECT ordered FROM _supply_ordered").fetchall()
         if ga <= 0 or gr <= 0:
             return False
+        ((episodes,),) = con.execute("SELECT count(*) FROM _entries").fetchall()
+        self._ranges = ranges = EpisodeRanges(self.directory, episodes, self.parts)
         split = self._chain_split(con, ga, gr)
         if split is None:
             return False
@@ -228,11 +194,11 @@ class Bounded:
             settled = p["settled"]
             done = p.filter(settled)
             rest = p.filter(pc.invert(settled))
-            first = not created
-            _insert(con, "_chain_validity__rows", pa.table(validity_columns(done)), first)
-            _insert(con, "_chain_probe__rest", rest, first)
-            if first:
-                created += ["_chain_validity__rows", "_chain_probe__rest"]
+            ranges.write_validity(pa.table(validity_columns(done)))
+            _insert(con, "_chain_probe__rest", rest, not created)
+            created = ["_chain_probe__rest"]
+        chains.remove()
+        self._supply.remove()
         if not created:
             return False
         for st in stmts[1:]:  # the view's comments; the view is set aside until _chain_validity
@@ -245,10 +211,45 @@ class Bounded:
     def _validity(self, con: duckdb.DuckDBPyConnection, stmts: list) -> bool:
         if not self._probed:
             return False
+        ranges = self._ranges
+        assert ranges is not None
         # _chain_rest reads _chain_probe: here only the unsettled positions, all it needs
-        con.execute("INSERT INTO _chain_validity__rows SELECT * FROM _chain_rest")
+        rest = con.sql("SELECT * FROM _chain_rest").to_arrow_table()
         con.execute("DROP TABLE _chain_probe")
         con.execute("ALTER VIEW _chain_probe__sql RENAME TO _chain_probe")
+        ranges.write_validity(rest)
+        ranges.validity.close()
+        assert ranges.validity.schema is not None
+        ranges.rest = rest.cast(ranges.validity.schema)
+        # the table filled range by range: ordered by ep
+        first = True
+        for r in range(ranges.count):
+            rows = ranges.validity.read(r)
+            if rows is not None:
+                _insert(con, "_chain_validity__rows", rows, first)
+                first = False
+        if first:
+            _insert(con, "_chain_validity__rows", ranges.validity.schema.empty_table(), first)
         swap(con, "_chain_validity", stmts)
-        self.close()
+        self._validity_done = True
+        return True
+
+    def _by_range(self, con: duckdb.DuckDBPyConnection, name: str, stmts: list) -> bool:
+        ranges = self._ranges
+        if not self._validity_done or ranges is None:
+            return False
+        validity, entries = ranges.rows(ranges.validity), ranges.rows(ranges.entries)
+        if name == "_window_flips":
+            rest = ranges.rest
+            assert rest is not None
+            by_range(con, name, stmts, {"_chain_validity": lambda r: rest}, [0])
+            return True
+        wanted = None
+        if name == "_boundaries":  # only the ranges holding an episode with a window flip
+            moved = con.sql("SELECT DISTINCT ep FROM _window_flips").to_arrow_table()
+            wanted = ranges.index(moved["ep"]).astype(np.int64).tolist()
+        by_range(con, name, stmts, {"_chain_validity": validity, "_entries": entries},
+                 ranges.ranges(wanted))
+        if name == RANGE_NAMES[-1]:
+            self.close()
         return True

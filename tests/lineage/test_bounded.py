@@ -19,7 +19,8 @@ from .helpers import S2, regressed, repeated_seq_table
 from .test_agreement import _random_events
 from .test_sql_sets import PUBLIC, _canon
 
-COMPARED = PUBLIC + ("_supply", "_chain_validity")
+COMPARED = PUBLIC + ("_supply", "_chain_validity", "_episode_depths", "_window_flips", "_boundaries",
+                     "_boundary_transitions")
 
 
 def _rows(con, name: str) -> list[tuple]:
@@ -77,7 +78,7 @@ def test_bounded_rows_equal_the_sql(name, parts, tmp_path):
     want = parquet_answers(table, tmp_path, accelerate=False)
     used: set[str] = set()
     got = parquet_answers(table, tmp_path, accelerate=True, parts=parts, used=used)
-    assert used == set(bounded.NAMES), "the bounded pipeline stepped aside"
+    assert used == set(bounded.NAMES + bounded.RANGE_NAMES), "the bounded pipeline stepped aside"
     assert want["_chain_validity"], "the trace should have chain positions"
     for view in COMPARED:
         assert got[view] == want[view], f"{view}: bounded and SQL rows differ"
@@ -134,6 +135,6 @@ def test_bounded_rows_equal_the_sql_on_a_larger_run(tmp_path):
     want = parquet_answers(table, tmp_path, accelerate=False)
     used: set[str] = set()
     got = parquet_answers(table, tmp_path, accelerate=True, parts=16, used=used)
-    assert used == set(bounded.NAMES)
+    assert used == set(bounded.NAMES + bounded.RANGE_NAMES)
     for view in COMPARED:
         assert got[view] == want[view], f"{view}: bounded and SQL rows differ"
