@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lineage.entry_order import as_numpy, small_pages
-from lineage.episode_ranges import EpisodeRanges, by_range
+from lineage.episode_ranges import EpisodeRanges, Source, by_range, episode_depths
 from lineage.materialize import swap
 from lineage.part_files import PartWriter
 from lineage.probe import EntryArrays, chain_positions, entry_arrays, probe_table, validity_columns
@@ -234,6 +234,28 @@ class Bounded:
         self._validity_done = True
         return True
 
+    def _depths_in_numpy(self, con: duckdb.DuckDBPyConnection, stmts: list, validity: Source,
+                         entries: Source) -> bool:
+        """``_episode_depths`` range by range by ``episode_ranges.episode_depths`` (False: it
+        stepped aside; nothing is left behind and the SQL runs range by range instead)."""
+        ranges = self._ranges
+        assert ranges is not None
+        ((ga, gr),) = con.execute(
+            "SELECT attention_grid_tokens, recurrent_grid_tokens FROM _params").fetchall()
+        first = True
+        for r in ranges.ranges():
+            rows = episode_depths(validity(r), entries(r), ga, gr)
+            if rows is None:
+                if not first:
+                    con.execute("DROP TABLE _episode_depths__rows")
+                return False
+            _insert(con, "_episode_depths__rows", rows, first)
+            first = False
+        if first:
+            return False
+        swap(con, "_episode_depths", stmts)
+        return True
+
     def _by_range(self, con: duckdb.DuckDBPyConnection, name: str, stmts: list) -> bool:
         ranges = self._ranges
         if not self._validity_done or ranges is None:
@@ -244,12 +266,21 @@ class Bounded:
             assert rest is not None
             by_range(con, name, stmts, {"_chain_validity": lambda r: rest}, [0])
             return True
+        if name == "_episode_depths" and self._depths_in_numpy(con, stmts, validity, entries):
+            return True
         wanted = None
-        if name == "_boundaries":  # only the ranges holding an episode with a window flip
-            moved = con.sql("SELECT DISTINCT ep FROM _window_flips").to_arrow_table()
-            wanted = ranges.index(moved["ep"]).astype(np.int64).tolist()
+        if name == "_boundaries":  # only the moved episodes' rows, of the ranges holding them
+            moved = con.sql("SELECT DISTINCT ep FROM _window_flips").to_arrow_table()["ep"]
+            wanted = ranges.index(moved).astype(np.int64).tolist()
+            validity, entries = _only(validity, moved), _only(entries, moved)
         by_range(con, name, stmts, {"_chain_validity": validity, "_entries": entries},
                  ranges.ranges(wanted))
         if name == RANGE_NAMES[-1]:
             self.close()
         return True
+
+
+def _only(rows: Source, eps: pa.ChunkedArray) -> Source:
+    """``rows`` restricted to the episodes ``eps``."""
+    keep = pa.array(np.unique(as_numpy(eps, np.int64)))
+    return lambda r: (t := rows(r)).filter(pc.is_in(t["ep"], value_set=keep))

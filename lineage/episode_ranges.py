@@ -27,8 +27,9 @@ from pathlib import Path
 import duckdb
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from lineage.entry_order import as_numpy
+from lineage.entry_order import as_numpy, valid_mask
 from lineage.materialize import swap
 from lineage.part_files import PartWriter
 
@@ -96,3 +97,74 @@ def by_range(con: duckdb.DuckDBPyConnection, name: str, stmts: list,
         for src in inputs:
             con.execute(f"ALTER TABLE {src}__all RENAME TO {src}")
     swap(con, name, stmts)
+
+
+_CUTS = ("entry", "exact", "m0", "m1")
+_DEPTH_COLS = ("ep", "attention_prefix_entry", "a_max_entry", "r_max_entry", "j_enter",
+               "a_max_exact", "r_max_exact", "j_lookup_exact", "a_max_m0", "r_max_m0",
+               "j_lookup_m0", "a_max_m1", "r_max_m1", "j_lookup_m1")
+_NONE = np.int64(-1)  # "no row": end_tokens and pos are >= 0
+
+
+def episode_depths(cv: pa.Table, ent: pa.Table, ga: int, gr: int) -> pa.Table | None:
+    """``_episode_depths``' rows (lineage/sql/_episode_depths.sql) for the entries ``ent``
+    (``_entries`` rows) from their ``_chain_validity`` rows ``cv``, in NumPy: the view's
+    aggregates per episode are ``ufunc.at`` reductions into one slot per entry.
+
+        att  n_cut  = min(pos) of the attention rows with valid_cut false, else their count
+        rec  r_cut  = max(end_tokens) with valid_cut;  j_cut: and end_tokens <= n_cut * ga
+        a_max_cut   = min(n_cut * ga // gr, recurrent keys) * gr        (NULL: no such cut)
+
+    None where a row's episode is not among ``ent`` (the view's inner join would drop it)."""
+    e_ep = as_numpy(ent["ep"], np.int64)
+    n = len(e_ep)
+    if n == 0:
+        return pa.table({c: pa.array([], pa.int64()) for c in _DEPTH_COLS})
+    lo = int(e_ep.min())
+    slot = np.full(int(e_ep.max()) - lo + 1, -1, np.int64)
+    slot[e_ep - lo] = np.arange(n)
+    c_ep = as_numpy(cv["ep"], np.int64) - lo
+    if len(c_ep) and (c_ep.min() < 0 or c_ep.max() >= len(slot)):
+        return None
+    idx = slot[c_ep]
+    if np.any(idx < 0):
+        return None
+    is_rec = as_numpy(cv["is_rec"], bool)
+    pos = as_numpy(cv["pos"], np.int64)
+    end = as_numpy(cv["end_tokens"], np.int64)
+    att, rec = ~is_rec, is_rec
+    count = np.bincount(idx[att], minlength=n).astype(np.int64)
+    win = as_numpy(ent["has_window"], bool, 0)
+    step = as_numpy(ent["adopt_step"], np.int64, -1)
+    has = {"entry": np.ones(n, bool), "exact": win,
+           "m0": win & valid_mask(ent["adopt_step"]) & (step >= 0)}
+    has["m1"] = has["m0"]
+    keys = np.asarray(pc.list_value_length(ent["recurrent_chain"]).to_numpy(
+        zero_copy_only=False), np.int64)
+    out: dict[str, pa.Array] = {"ep": pa.array(e_ep)}
+    for cut in _CUTS:
+        col = cv["valid_" + cut]
+        val = as_numpy(col, bool, 0)
+        ok = valid_mask(col)
+        bad = att & ok & ~val  # NOT valid_cut is true
+        first_bad = np.full(n, np.iinfo(np.int64).max)
+        np.minimum.at(first_bad, idx[bad], pos[bad])
+        attn = np.where(first_bad < np.iinfo(np.int64).max, first_bad, count) * ga
+        good = rec & ok & val
+        r_max = np.full(n, _NONE)
+        np.maximum.at(r_max, idx[good], end[good])
+        good &= end <= attn[idx]
+        j_max = np.full(n, _NONE)
+        np.maximum.at(j_max, idx[good], end[good])
+        a_max = np.minimum(attn // gr, keys) * gr
+        mask = ~has[cut]
+        r_max[r_max == _NONE] = 0
+        j_max[j_max == _NONE] = 0
+        if cut == "entry":
+            out["attention_prefix_entry"] = pa.array(attn)
+        prefix = "" if cut == "entry" else "lookup_"
+        out["a_max_" + cut] = pa.array(a_max, pa.int64(), mask=mask)
+        out["r_max_" + cut] = pa.array(r_max, pa.int64(), mask=mask)
+        out["j_enter" if cut == "entry" else "j_" + prefix + cut] = pa.array(
+            j_max, pa.int64(), mask=mask)
+    return pa.table({c: out[c] for c in _DEPTH_COLS})
