@@ -281,6 +281,14 @@ class Bounded:
 
 
 def _only(rows: Source, eps: pa.ChunkedArray) -> Source:
-    """``rows`` restricted to the episodes ``eps``."""
-    keep = pa.array(np.unique(as_numpy(eps, np.int64)))
-    return lambda r: (t := rows(r)).filter(pc.is_in(t["ep"], value_set=keep))
+    """``rows`` restricted to the episodes ``eps`` (a lookup table by ep: a hash set of every
+    moved episode built per range grew with ranges x episodes)."""
+    ep = as_numpy(eps, np.int64)
+    member = np.zeros(int(ep.max()) + 2 if len(ep) else 1, bool)
+    member[ep] = True
+
+    def get(r: int | None) -> pa.Table:
+        t = rows(r)
+        e = np.minimum(as_numpy(t["ep"], np.int64), len(member) - 1)
+        return t.filter(pa.array(member[np.maximum(e, 0)] & (e >= 0)))
+    return get

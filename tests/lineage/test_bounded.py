@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from lineage import bounded, views
+from lineage import bounded, episode_ranges, views
 from lineage.synth import D0_SYNTH, SynthConfig, synthesize
 from lineage.table import events_to_table
 
@@ -19,8 +19,8 @@ from .helpers import S2, regressed, repeated_seq_table
 from .test_agreement import _random_events
 from .test_sql_sets import PUBLIC, _canon
 
-COMPARED = PUBLIC + ("_supply", "_chain_validity", "_episode_depths", "_window_flips", "_boundaries",
-                     "_boundary_transitions")
+COMPARED = PUBLIC + ("_supply", "_chain_validity", "_episode_depths", "_window_flips",
+                     "_boundaries", "_boundary_transitions")
 
 
 def _rows(con, name: str) -> list[tuple]:
@@ -44,7 +44,16 @@ def parquet_answers(table: pa.Table, tmp: Path, *, accelerate: bool, parts: int 
             used.add(name)
         return done
 
+    real_depths = bounded.episode_depths
+
+    def depths_spy(*args):
+        rows = real_depths(*args)
+        if used is not None and rows is None:
+            used.add("episode_depths stepped aside")
+        return rows
+
     bounded.Bounded.materialize = spy  # type: ignore[method-assign]
+    bounded.episode_depths = depths_spy
     try:
         db = tmp / f"db_{accelerate}_{parts}_{sql}.duckdb"
         con = views.connect_parquet([str(path)], database=str(db), memory_limit="1GB",
@@ -52,6 +61,7 @@ def parquet_answers(table: pa.Table, tmp: Path, *, accelerate: bool, parts: int 
                                     accelerate=accelerate, bounded_parts=parts)
     finally:
         bounded.Bounded.materialize = real  # type: ignore[method-assign]
+        bounded.episode_depths = real_depths
     names = COMPARED if sql == "current" else PUBLIC
     out = {name: _rows(con, name) for name in names}
     con.close()
@@ -78,7 +88,7 @@ def test_bounded_rows_equal_the_sql(name, parts, tmp_path):
     want = parquet_answers(table, tmp_path, accelerate=False)
     used: set[str] = set()
     got = parquet_answers(table, tmp_path, accelerate=True, parts=parts, used=used)
-    assert used == set(bounded.NAMES + bounded.RANGE_NAMES), "the bounded pipeline stepped aside"
+    assert used == set(bounded.NAMES + bounded.RANGE_NAMES), "the bounded path stepped aside"
     assert want["_chain_validity"], "the trace should have chain positions"
     for view in COMPARED:
         assert got[view] == want[view], f"{view}: bounded and SQL rows differ"
@@ -101,6 +111,17 @@ def test_a_lost_partition_changes_the_rows(tmp_path, monkeypatch):
     monkeypatch.setattr(bounded, "_FAULT_DROP_LAST_PART", True)
     bad = parquet_answers(table, tmp_path, accelerate=True, parts=3)
     assert bad["_chain_validity"] != want["_chain_validity"]
+    assert bad["episode_lineage"] != want["episode_lineage"]
+
+
+def test_a_lost_episode_range_changes_the_rows(tmp_path, monkeypatch):
+    """Negative control: the last episode range skipped by _episode_depths and _boundaries."""
+    table = TABLES["S2-tight"]()
+    want = parquet_answers(table, tmp_path, accelerate=False)
+    monkeypatch.setattr(episode_ranges, "_FAULT_DROP_LAST_RANGE", True)
+    bad = parquet_answers(table, tmp_path, accelerate=True, parts=3)
+    assert bad["_chain_validity"] == want["_chain_validity"]
+    assert bad["_episode_depths"] != want["_episode_depths"]
     assert bad["episode_lineage"] != want["episode_lineage"]
 
 
