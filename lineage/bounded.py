@@ -1,22 +1,27 @@
 """The NumPy materializations of ``_supply``, ``_chain_probe`` and ``_chain_validity`` for event
 tables larger than memory (``views.connect_parquet(accelerate=True)``): partition-local, each
-key partition's rows written into TEMP tables (DuckDB's memory limit, spilling), never held
-whole in Python.
+key partition's rows written into TEMP tables (DuckDB's memory limit, spilling) or scratch
+files, never held whole in Python; then the per-episode views over ``_chain_validity`` episode
+range by episode range (lineage/episode_ranges.py).
 
     _supply_rows --stream--> split by hash % parts --> supply part files (Arrow IPC, temp dir)
     per part k:  supply file k --number_supply--> INSERT INTO _supply
     _entries ----stream--> chain positions flattened once, split alike --> chain part files
+                      +--> entry rows split by episode range --> entries range files
     per part k:  supply file k + chain file k --probe_table-->
-                     settled positions   --> INSERT INTO _chain_validity
+                     settled positions   --> validity range files (split by episode range)
                      unsettled positions --> _chain_probe (a small TEMP table, ~1%)
-    once:        INSERT INTO _chain_validity SELECT * FROM _chain_rest   (its SQL)
+    once:        SELECT * FROM _chain_rest (its SQL) --> validity range files, and kept whole
+    _chain_validity stays its SQL view (no later view reads it whole)
+    _episode_depths, _window_flips, _boundaries: lineage/episode_ranges.py
 
-Every row of the three views depends on one entry's (``(is_rec, hash)``) rows only, so the key
-partitions give the rows of the whole (``_supply_ordered``, the one global fact, is a SQL view
-over the finished ``_supply``). Python holds one stream batch while splitting and one partition
-while computing, plus the entries' fixed columns (about 50 bytes per episode). A NULL hash among
-the supply rows (the window keeps all of them as one entry), or anything the NumPy functions
-step aside for, falls back to the SQL for the view and every later one of the three.
+Every row of the three key-partitioned views depends on one entry's (``(is_rec, hash)``) rows
+only, so the key partitions give the rows of the whole (``_supply_ordered``, the one global
+fact, is a SQL view over the finished ``_supply``). Python holds one stream batch while
+splitting and one partition or range while computing, plus the entries' fixed columns (about
+50 bytes per episode). A NULL hash among the supply rows (the window keeps all of them as one
+entry), or anything the NumPy functions step aside for, falls back to the SQL for the view and
+every later one.
 """
 
 from __future__ import annotations
@@ -219,18 +224,11 @@ class Bounded:
         con.execute("ALTER VIEW _chain_probe__sql RENAME TO _chain_probe")
         ranges.write_validity(rest)
         ranges.validity.close()
-        assert ranges.validity.schema is not None
-        ranges.rest = rest.cast(ranges.validity.schema)
-        # the table filled range by range: ordered by ep
-        first = True
-        for r in range(ranges.count):
-            rows = ranges.validity.read(r)
-            if rows is not None:
-                _insert(con, "_chain_validity__rows", rows, first)
-                first = False
-        if first:
-            _insert(con, "_chain_validity__rows", ranges.validity.schema.empty_table(), first)
-        swap(con, "_chain_validity", stmts)
+        ranges.rest = rest
+        # no later view reads the whole _chain_validity (the range views read the files, and
+        # _window_flips _chain_rest's rows): it stays its SQL, for ad-hoc queries
+        for st in stmts[1:]:
+            con.execute(st.query)
         self._validity_done = True
         return True
 

@@ -1,16 +1,17 @@
 """The per-episode views over ``_chain_validity`` computed episode range by episode range, for
 event tables larger than memory (``views.connect_parquet(accelerate=True)``, with
 lineage/bounded.py): no step scans the whole (spilled) ``_chain_validity`` or ``_entries``.
+The range files keep the ``_chain_validity`` columns these views read (VALIDITY_COLUMNS).
 
     probe loop, key partition k:  validity rows --split by episode range--> validity_NNNN.arrow
     _entries stream (once):       entry rows    --split by episode range--> entries_NNNN.arrow
     after _chain_rest:            its rows (~1% of positions) split alike, and kept whole
 
-    _chain_validity   TEMP table filled range by range from the files (ordered by ep)
-    _episode_depths   per range r: its SQL with _chain_validity := validity rows of r,
-                                   _entries := entry rows of r            (rows appended)
+    _episode_depths   per range r: episode_depths(validity rows of r, entry rows of r) in
+                      NumPy (the view's SQL per range where it steps aside)  (rows appended)
     _window_flips     once: its SQL with _chain_validity := _chain_rest's rows
-    _boundaries       per range r holding a moved episode, as _episode_depths
+    _boundaries       per range r holding a moved episode: its SQL with _chain_validity and
+                      _entries := the moved episodes' rows of r
 
 Episode ``ep`` (1-based, dense) lies in range ``(ep - 1) // size``. Each of these views reads
 ``_chain_validity`` and ``_entries`` only through rows of one episode (``GROUP BY ep``, joins
@@ -37,6 +38,10 @@ from lineage.part_files import PartWriter
 # last range is then skipped by _episode_depths and _boundaries
 _FAULT_DROP_LAST_RANGE = False
 
+# the _chain_validity columns _episode_depths and _boundaries read, kept in the range files
+VALIDITY_COLUMNS = ["ep", "is_rec", "pos", "end_tokens", "has_window", "valid_entry",
+                    "valid_exact", "valid_m0", "valid_m1"]
+
 Source = Callable[[int | None], pa.Table]
 
 
@@ -56,6 +61,8 @@ class EpisodeRanges:
         return np.clip((e - 1) // self.size, 0, self.count - 1).astype(np.uint64)
 
     def write_validity(self, rows: pa.Table) -> None:
+        """Append ``_chain_validity`` rows (its columns the range views read)."""
+        rows = rows.select(VALIDITY_COLUMNS)
         if self.validity.schema is not None:
             rows = rows.cast(self.validity.schema)
         self.validity.write(rows, self.index(rows["ep"]))
@@ -85,7 +92,8 @@ def by_range(con: duckdb.DuckDBPyConnection, name: str, stmts: list,
         con.execute(f"ALTER TABLE {src} RENAME TO {src}__all")
     try:
         first = True
-        for r in ranges or [None]:  # no range: one pass over empty inputs gives the columns
+        passes: list[int | None] = list(ranges) or [None]  # none: empty inputs, the columns
+        for r in passes:
             for src, get in inputs.items():
                 con.register(src, get(r))
             verb = f"CREATE TEMP TABLE {name}__rows AS" if first else f"INSERT INTO {name}__rows"

@@ -23,6 +23,10 @@ COMPARED = PUBLIC + ("_supply", "_chain_validity", "_episode_depths", "_window_f
                      "_boundaries", "_boundary_transitions")
 
 
+# _chain_validity's rows as the range views read them (written by the bounded path)
+VALIDITY = "_chain_validity (range files)"
+
+
 def _rows(con, name: str) -> list[tuple]:
     rows = [tuple(_canon(v) for v in r) for r in con.sql(f"SELECT * FROM {name}").fetchall()]
     return sorted(rows, key=repr)
@@ -52,8 +56,16 @@ def parquet_answers(table: pa.Table, tmp: Path, *, accelerate: bool, parts: int 
             used.add("episode_depths stepped aside")
         return rows
 
+    real_write = episode_ranges.EpisodeRanges.write_validity
+    written: list[pa.Table] = []
+
+    def write_spy(self, rows):
+        written.append(rows.select(episode_ranges.VALIDITY_COLUMNS))
+        real_write(self, rows)
+
     bounded.Bounded.materialize = spy  # type: ignore[method-assign]
     bounded.episode_depths = depths_spy
+    episode_ranges.EpisodeRanges.write_validity = write_spy  # type: ignore[method-assign]
     try:
         db = tmp / f"db_{accelerate}_{parts}_{sql}.duckdb"
         con = views.connect_parquet([str(path)], database=str(db), memory_limit="1GB",
@@ -62,8 +74,15 @@ def parquet_answers(table: pa.Table, tmp: Path, *, accelerate: bool, parts: int 
     finally:
         bounded.Bounded.materialize = real  # type: ignore[method-assign]
         bounded.episode_depths = real_depths
+        episode_ranges.EpisodeRanges.write_validity = real_write  # type: ignore[method-assign]
     names = COMPARED if sql == "current" else PUBLIC
     out = {name: _rows(con, name) for name in names}
+    if sql == "current":
+        cols = ", ".join(episode_ranges.VALIDITY_COLUMNS)
+        out[VALIDITY] = _rows(con, f"(SELECT {cols} FROM _chain_validity)")
+        if accelerate and written:  # the rows the range views read, not the view's SQL
+            con.register("_written", pa.concat_tables(written))
+            out[VALIDITY] = _rows(con, "_written")
     con.close()
     return out
 
@@ -90,7 +109,7 @@ def test_bounded_rows_equal_the_sql(name, parts, tmp_path):
     got = parquet_answers(table, tmp_path, accelerate=True, parts=parts, used=used)
     assert used == set(bounded.NAMES + bounded.RANGE_NAMES), "the bounded path stepped aside"
     assert want["_chain_validity"], "the trace should have chain positions"
-    for view in COMPARED:
+    for view in COMPARED + (VALIDITY,):
         assert got[view] == want[view], f"{view}: bounded and SQL rows differ"
     assert list((tmp_path / "spill").glob("lineage-parts-*")) == [], "scratch files left"
 
@@ -110,7 +129,7 @@ def test_a_lost_partition_changes_the_rows(tmp_path, monkeypatch):
     want = parquet_answers(table, tmp_path, accelerate=False)
     monkeypatch.setattr(bounded, "_FAULT_DROP_LAST_PART", True)
     bad = parquet_answers(table, tmp_path, accelerate=True, parts=3)
-    assert bad["_chain_validity"] != want["_chain_validity"]
+    assert bad[VALIDITY] != want[VALIDITY]
     assert bad["episode_lineage"] != want["episode_lineage"]
 
 
@@ -120,7 +139,7 @@ def test_a_lost_episode_range_changes_the_rows(tmp_path, monkeypatch):
     want = parquet_answers(table, tmp_path, accelerate=False)
     monkeypatch.setattr(episode_ranges, "_FAULT_DROP_LAST_RANGE", True)
     bad = parquet_answers(table, tmp_path, accelerate=True, parts=3)
-    assert bad["_chain_validity"] == want["_chain_validity"]
+    assert bad[VALIDITY] == want[VALIDITY]
     assert bad["_episode_depths"] != want["_episode_depths"]
     assert bad["episode_lineage"] != want["episode_lineage"]
 
