@@ -35,6 +35,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from lineage.bounded_entries import materialize_entries
 from lineage.entry_order import as_numpy, small_pages
 from lineage.episode_ranges import EpisodeRanges, Source, by_range, episode_depths
 from lineage.materialize import swap
@@ -43,6 +44,8 @@ from lineage.probe import EntryArrays, chain_positions, entry_arrays, probe_tabl
 from lineage.supply import number_supply
 
 NAMES = ("_supply", "_chain_probe", "_chain_validity")
+# computed before them by their own SQL without the chains in the aggregate (bounded_entries.py)
+ENTRY_NAMES = ("_entries",)
 # computed episode range by episode range after them (lineage/episode_ranges.py)
 RANGE_NAMES = ("_episode_depths", "_window_flips", "_boundaries")
 # rows per stream batch while splitting (supply rows; episodes for the chains)
@@ -85,6 +88,8 @@ class Bounded:
     def materialize(self, con: duckdb.DuckDBPyConnection, name: str, stmts: list) -> bool:
         """Put the view's rows in place (True), or leave it to the SQL (False)."""
         with small_pages():
+            if name == "_entries":
+                return materialize_entries(con, stmts)
             if name == "_supply":
                 return self._supply_rows(con, stmts)
             if name == "_chain_probe":

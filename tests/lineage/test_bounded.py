@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from lineage import bounded, episode_ranges, views
+from lineage import bounded, bounded_entries, episode_ranges, views
 from lineage.synth import D0_SYNTH, SynthConfig, synthesize
 from lineage.table import events_to_table
 
@@ -19,10 +19,11 @@ from .helpers import S2, regressed, repeated_seq_table
 from .test_agreement import _random_events
 from .test_sql_sets import PUBLIC, _canon
 
-COMPARED = PUBLIC + ("_supply", "_chain_validity", "_episode_depths", "_window_flips",
+COMPARED = PUBLIC + ("_entries", "_supply", "_chain_validity", "_episode_depths", "_window_flips",
                      "_boundaries", "_boundary_transitions")
 
 
+ALL_BOUNDED = set(bounded.ENTRY_NAMES + bounded.NAMES + bounded.RANGE_NAMES)
 # _chain_validity's rows as the range views read them (written by the bounded path)
 VALIDITY = "_chain_validity (range files)"
 
@@ -107,7 +108,7 @@ def test_bounded_rows_equal_the_sql(name, parts, tmp_path):
     want = parquet_answers(table, tmp_path, accelerate=False)
     used: set[str] = set()
     got = parquet_answers(table, tmp_path, accelerate=True, parts=parts, used=used)
-    assert used == set(bounded.NAMES + bounded.RANGE_NAMES), "the bounded path stepped aside"
+    assert used == ALL_BOUNDED, "the bounded path stepped aside"
     assert want["_chain_validity"], "the trace should have chain positions"
     for view in COMPARED + (VALIDITY,):
         assert got[view] == want[view], f"{view}: bounded and SQL rows differ"
@@ -144,6 +145,52 @@ def test_a_lost_episode_range_changes_the_rows(tmp_path, monkeypatch):
     assert bad["episode_lineage"] != want["episode_lineage"]
 
 
+def _with_entry_tie(table: pa.Table) -> pa.Table:
+    """A second waiting-entry row of one episode at the same (least) seq, with another chain."""
+    kinds = table.column("kind").to_pylist()
+    i = kinds.index("waiting_entry")
+    twin = table.slice(i, 1)
+    chain = twin.column("chain").to_pylist()[0]
+    twin = twin.set_column(twin.column_names.index("chain"), "chain",
+                           pa.array([list(reversed(chain)) + [7]], twin.schema.field("chain").type))
+    return pa.concat_tables([table, twin])
+
+
+def test_entries_step_aside_for_a_tie_at_the_least_seq(tmp_path):
+    """Two waiting-entry rows of one episode at its least seq: the join would give two rows,
+    so the view's SQL computes _entries (the bounded views after it still run)."""
+    table = _with_entry_tie(TABLES["regressed1"]())
+    used: set[str] = set()
+    got = parquet_answers(table, tmp_path, accelerate=True, parts=3, used=used)
+    assert "_entries" not in used
+    assert set(bounded.NAMES) <= used
+    con = views.connect(table)
+    ((n,),) = con.execute("SELECT count(*) FROM _entries").fetchall()
+    assert len(got["_entries"]) == n
+
+
+def test_entries_from_the_last_row_change_the_rows(tmp_path, monkeypatch):
+    """Negative control: the chains joined from each episode's last waiting-entry row."""
+    table = pa.concat_tables([TABLES["regressed1"](), _later_entry(TABLES["regressed1"]())])
+    want = parquet_answers(table, tmp_path, accelerate=False)
+    monkeypatch.setattr(bounded_entries, "_FAULT_LAST_ROW", True)
+    bad = parquet_answers(table, tmp_path, accelerate=True, parts=3)
+    assert bad["_entries"] != want["_entries"]
+
+
+def _later_entry(table: pa.Table) -> pa.Table:
+    """A later waiting-entry row (another chain) of the first episode."""
+    kinds = table.column("kind").to_pylist()
+    i = kinds.index("waiting_entry")
+    twin = table.slice(i, 1)
+    last = max(table.column("seq").to_pylist())
+    twin = twin.set_column(twin.column_names.index("seq"), "seq",
+                           pa.array([last + 1], twin.schema.field("seq").type))
+    twin = twin.set_column(twin.column_names.index("chain"), "chain",
+                           pa.array([[7, 8, 9]], twin.schema.field("chain").type))
+    return twin
+
+
 def _with_null_hash(table: pa.Table) -> pa.Table:
     kinds = table.column("kind").to_pylist()
     hashes = table.column("hash").to_pylist()
@@ -162,7 +209,7 @@ def test_bounded_steps_aside_where_the_window_order_differs(make, tmp_path):
     want = parquet_answers(table, tmp_path, accelerate=False)
     used: set[str] = set()
     got = parquet_answers(table, tmp_path, accelerate=True, parts=3, used=used)
-    assert used == set()
+    assert used == set(bounded.ENTRY_NAMES)
     assert got == want
     assert list((tmp_path / "spill").glob("lineage-parts-*")) == []
 
@@ -175,6 +222,6 @@ def test_bounded_rows_equal_the_sql_on_a_larger_run(tmp_path):
     want = parquet_answers(table, tmp_path, accelerate=False)
     used: set[str] = set()
     got = parquet_answers(table, tmp_path, accelerate=True, parts=16, used=used)
-    assert used == set(bounded.NAMES + bounded.RANGE_NAMES)
+    assert used == ALL_BOUNDED
     for view in COMPARED:
         assert got[view] == want[view], f"{view}: bounded and SQL rows differ"
