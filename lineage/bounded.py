@@ -271,13 +271,18 @@ class Bounded:
             return True
         if name == "_episode_depths" and self._depths_in_numpy(con, stmts, validity, entries):
             return True
+        inputs = {"_chain_validity": validity, "_entries": entries}
         wanted = None
         if name == "_boundaries":  # only the moved episodes' rows, of the ranges holding them
-            moved = con.sql("SELECT DISTINCT ep FROM _window_flips").to_arrow_table()["ep"]
+            flips = con.sql("SELECT * FROM _window_flips").to_arrow_table()
+            moved = flips["ep"]
             wanted = ranges.index(moved).astype(np.int64).tolist()
-            validity, entries = _only(validity, moved), _only(entries, moved)
-        by_range(con, name, stmts, {"_chain_validity": validity, "_entries": entries},
-                 ranges.ranges(wanted))
+            inputs = {"_chain_validity": _only(validity, moved),
+                      "_entries": _only(entries, moved),
+                      # each range's own flips: the view's DISTINCT over all of them, per
+                      # range, grew with ranges x flips
+                      "_window_flips": _by_ep(flips, ranges)}
+        by_range(con, name, stmts, inputs, ranges.ranges(wanted))
         if name == RANGE_NAMES[-1]:
             self.close()
         return True
@@ -294,4 +299,18 @@ def _only(rows: Source, eps: pa.ChunkedArray) -> Source:
         t = rows(r)
         e = np.minimum(as_numpy(t["ep"], np.int64), len(member) - 1)
         return t.filter(pa.array(member[np.maximum(e, 0)] & (e >= 0)))
+    return get
+
+
+def _by_ep(rows: pa.Table, ranges: EpisodeRanges) -> Source:
+    """Range ``r``'s rows of ``rows`` (held whole, sorted by ep once)."""
+    ep = as_numpy(rows["ep"], np.int64)
+    order = np.argsort(ep, kind="stable")
+    rows, ep = rows.take(pa.array(order)), ep[order]
+
+    def get(r: int | None) -> pa.Table:
+        if r is None:
+            return rows.slice(0, 0)
+        lo, hi = np.searchsorted(ep, [r * ranges.size + 1, (r + 1) * ranges.size + 1])
+        return rows.slice(int(lo), int(hi - lo))
     return get

@@ -142,6 +142,7 @@ def test_a_lost_episode_range_changes_the_rows(tmp_path, monkeypatch):
     bad = parquet_answers(table, tmp_path, accelerate=True, parts=3)
     assert bad[VALIDITY] == want[VALIDITY]
     assert bad["_episode_depths"] != want["_episode_depths"]
+    assert bad["_boundaries"] != want["_boundaries"]
     assert bad["episode_lineage"] != want["episode_lineage"]
 
 
