@@ -37,7 +37,13 @@ import pyarrow.compute as pc
 
 from lineage.bounded_entries import materialize_entries
 from lineage.entry_order import as_numpy, small_pages
-from lineage.episode_ranges import EpisodeRanges, Source, by_range, episode_depths
+from lineage.episode_ranges import (
+    EpisodeRanges,
+    Source,
+    by_range,
+    entry_keys,
+    episode_depths,
+)
 from lineage.materialize import swap
 from lineage.part_files import PartWriter
 from lineage.probe import EntryArrays, chain_positions, entry_arrays, probe_table, validity_columns
@@ -55,7 +61,7 @@ BATCH_EPISODES = 1 << 17
 _SUP_COLS = ["is_rec", "hash", "seq", "step", "is_pub", "request_id"]
 _ENT_COLS = ["ep", "request_id", "entry_seq", "has_window", "adopt_seq", "adopt_step"]
 _CHAIN_TYPES = {"row": np.int64, "is_rec": bool, "pos": np.int64, "hash": np.uint64,
-                "end": np.int64, "reach": bool}
+                "reach": bool}
 
 # tests set this to check that a lost partition changes the answer (negative control): the
 # last key partition's chain positions are then skipped
@@ -148,6 +154,8 @@ class Bounded:
         offset = 0
         ranges = self._ranges
         assert ranges is not None
+        ((episodes,),) = con.execute("SELECT count(*) FROM _entries").fetchall()
+        narrow = episodes < 2**31
         reader = con.sql("SELECT * FROM _entries").to_arrow_reader(BATCH_EPISODES)
         try:
             for b in reader:
@@ -158,8 +166,13 @@ class Bounded:
                 c["row"] += offset
                 offset += t.num_rows
                 fixed.append(t.select(_ENT_COLS))
-                out.write(pa.table(c), c["hash"] % np.uint64(self.parts))
-                ranges.entries.write(t, ranges.index(t["ep"]))
+                part = c["hash"] % np.uint64(self.parts)
+                # the files hold what cannot be recomputed, narrow: end = (pos + 1) * grid
+                del c["end"]
+                if narrow:
+                    c["row"], c["pos"] = c["row"].astype(np.int32), c["pos"].astype(np.int32)
+                out.write(pa.table(c), part)
+                ranges.entries.write(entry_keys(t), ranges.index(t["ep"]))
         finally:
             out.close()
             ranges.entries.close()
@@ -196,6 +209,7 @@ class Bounded:
             if ct is None:
                 continue
             c = {n: as_numpy(ct[n], _CHAIN_TYPES[n]) for n in _CHAIN_TYPES}
+            c["end"] = (c["pos"] + 1) * np.where(c["is_rec"], gr, ga)
             sup = self._supply.read(k, _SUP_COLS)
             p = probe_table(sup if sup is not None else empty_sup, ent, c, bool(ordered))
             if p is None:
@@ -240,7 +254,7 @@ class Bounded:
     def _depths_in_numpy(self, con: duckdb.DuckDBPyConnection, stmts: list, validity: Source,
                          entries: Source) -> bool:
         """``_episode_depths`` range by range by ``episode_ranges.episode_depths`` (False: it
-        stepped aside; nothing is left behind and the SQL runs range by range instead)."""
+        stepped aside; nothing is left behind and the view's SQL runs, whole)."""
         ranges = self._ranges
         assert ranges is not None
         ((ga, gr),) = con.execute(
@@ -264,25 +278,28 @@ class Bounded:
         if not self._validity_done or ranges is None:
             return False
         validity, entries = ranges.rows(ranges.validity), ranges.rows(ranges.entries)
+        assert name in ("_episode_depths", "_window_flips", "_boundaries"), name
         if name == "_window_flips":
             rest = ranges.rest
             assert rest is not None
             by_range(con, name, stmts, {"_chain_validity": lambda r: rest}, [0])
             return True
-        if name == "_episode_depths" and self._depths_in_numpy(con, stmts, validity, entries):
-            return True
-        inputs = {"_chain_validity": validity, "_entries": entries}
-        wanted = None
-        if name == "_boundaries":  # only the moved episodes' rows, of the ranges holding them
-            flips = con.sql("SELECT * FROM _window_flips").to_arrow_table()
-            moved = flips["ep"]
-            wanted = ranges.index(moved).astype(np.int64).tolist()
-            inputs = {"_chain_validity": _only(validity, moved),
-                      "_entries": _only(entries, moved),
-                      # each range's own flips: the view's DISTINCT over all of them, per
-                      # range, grew with ranges x flips
-                      "_window_flips": _by_ep(flips, ranges)}
-        by_range(con, name, stmts, inputs, ranges.ranges(wanted))
+        if name == "_episode_depths":  # stepped aside: the view's SQL, whole
+            return self._depths_in_numpy(con, stmts, validity, entries)
+        # _boundaries: only the moved episodes' rows, of the ranges holding them
+        flips = con.sql("SELECT * FROM _window_flips").to_arrow_table()
+        moved = flips["ep"]
+        con.register("_moved_eps", pa.table({"ep": np.unique(as_numpy(moved, np.int64))}))
+        moved_entries = con.sql("SELECT e.* FROM _entries AS e SEMI JOIN _moved_eps AS m "
+                                "ON e.ep = m.ep").to_arrow_table()
+        con.unregister("_moved_eps")
+        inputs = {"_chain_validity": _only(validity, moved),
+                  "_entries": _by_ep(moved_entries, ranges),
+                  # each range's own flips: the view's DISTINCT over all of them, per range,
+                  # grew with ranges x flips
+                  "_window_flips": _by_ep(flips, ranges)}
+        by_range(con, name, stmts, inputs,
+                 ranges.ranges(ranges.index(moved).astype(np.int64).tolist()))
         if name == RANGE_NAMES[-1]:
             self.close()
         return True

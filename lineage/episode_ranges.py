@@ -4,14 +4,15 @@ lineage/bounded.py): no step scans the whole (spilled) ``_chain_validity`` or ``
 The range files keep the ``_chain_validity`` columns these views read (VALIDITY_COLUMNS).
 
     probe loop, key partition k:  validity rows --split by episode range--> validity_NNNN.arrow
-    _entries stream (once):       entry rows    --split by episode range--> entries_NNNN.arrow
+    _entries stream (once):       entry_keys    --split by episode range--> entries_NNNN.arrow
     after _chain_rest:            its rows (~1% of positions) split alike, and kept whole
 
-    _episode_depths   per range r: episode_depths(validity rows of r, entry rows of r) in
-                      NumPy (the view's SQL per range where it steps aside)  (rows appended)
+    _episode_depths   per range r: episode_depths(validity rows of r, entry keys of r) in
+                      NumPy (rows appended; where it steps aside, the view's SQL, whole)
     _window_flips     once: its SQL with _chain_validity := _chain_rest's rows
-    _boundaries       per range r holding a moved episode: its SQL with _chain_validity and
-                      _entries := the moved episodes' rows of r
+    _boundaries       per range r holding a moved episode: its SQL with _chain_validity,
+                      _entries and _window_flips := the moved episodes' rows of r (their
+                      _entries rows fetched once from the table)
 
 Episode ``ep`` (1-based, dense) lies in range ``(ep - 1) // size``. Each of these views reads
 ``_chain_validity`` and ``_entries`` only through rows of one episode (``GROUP BY ep``, joins
@@ -114,9 +115,18 @@ _DEPTH_COLS = ("ep", "attention_prefix_entry", "a_max_entry", "r_max_entry", "j_
 _NONE = np.int64(-1)  # "no row": end_tokens and pos are >= 0
 
 
+def entry_keys(entries: pa.Table) -> pa.Table:
+    """The ``_entries`` columns :func:`episode_depths` reads (the chain's length, not the chain)."""
+    return pa.table({
+        "ep": entries["ep"], "has_window": entries["has_window"],
+        "adopt_step": entries["adopt_step"],
+        "recurrent_keys": pc.cast(pc.list_value_length(entries["recurrent_chain"]), pa.int64())})
+
+
 def episode_depths(cv: pa.Table, ent: pa.Table, ga: int, gr: int) -> pa.Table | None:
     """``_episode_depths``' rows (lineage/sql/_episode_depths.sql) for the entries ``ent``
-    (``_entries`` rows) from their ``_chain_validity`` rows ``cv``, in NumPy: the view's
+    (:func:`entry_keys` of ``_entries`` rows) from their ``_chain_validity`` rows ``cv``
+    (:data:`VALIDITY_COLUMNS`), in NumPy: the view's
     aggregates per episode are ``ufunc.at`` reductions into one slot per entry.
 
         att  n_cut  = min(pos) of the attention rows with valid_cut false, else their count
@@ -147,8 +157,7 @@ def episode_depths(cv: pa.Table, ent: pa.Table, ga: int, gr: int) -> pa.Table | 
     has = {"entry": np.ones(n, bool), "exact": win,
            "m0": win & valid_mask(ent["adopt_step"]) & (step >= 0)}
     has["m1"] = has["m0"]
-    keys = np.asarray(pc.list_value_length(ent["recurrent_chain"]).to_numpy(
-        zero_copy_only=False), np.int64)
+    keys = as_numpy(ent["recurrent_keys"], np.int64)
     out: dict[str, pa.Array] = {"ep": pa.array(e_ep)}
     for cut in _CUTS:
         col = cv["valid_" + cut]

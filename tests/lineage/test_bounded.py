@@ -146,6 +146,20 @@ def test_a_lost_episode_range_changes_the_rows(tmp_path, monkeypatch):
     assert bad["episode_lineage"] != want["episode_lineage"]
 
 
+def test_depths_step_aside_to_the_whole_sql(tmp_path, monkeypatch):
+    """Where the NumPy depths step aside, the view's SQL computes _episode_depths whole (over
+    the _chain_validity view): the same rows."""
+    table = TABLES["regressed1"]()
+    want = parquet_answers(table, tmp_path, accelerate=False)
+    monkeypatch.setattr(episode_ranges, "episode_depths", lambda *a: None)
+    monkeypatch.setattr(bounded, "episode_depths", lambda *a: None)
+    used: set[str] = set()
+    got = parquet_answers(table, tmp_path, accelerate=True, parts=3, used=used)
+    assert "_episode_depths" not in used and "_boundaries" in used
+    for view in COMPARED:
+        assert got[view] == want[view], f"{view}: bounded and SQL rows differ"
+
+
 def _with_entry_tie(table: pa.Table) -> pa.Table:
     """A second waiting-entry row of one episode at the same (least) seq, with another chain."""
     kinds = table.column("kind").to_pylist()
