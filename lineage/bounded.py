@@ -57,6 +57,8 @@ RANGE_NAMES = ("_episode_depths", "_window_flips", "_boundaries")
 # rows per stream batch while splitting (supply rows; episodes for the chains)
 BATCH_ROWS = 1 << 20
 BATCH_EPISODES = 1 << 17
+# rows per insert into a TEMP table (Batched), at least
+INSERT_ROWS = 1 << 18
 # the probe's supply columns
 _SUP_COLS = ["is_rec", "hash", "seq", "step", "is_pub", "request_id"]
 _ENT_COLS = ["ep", "request_id", "entry_seq", "has_window", "adopt_seq", "adopt_step"]
@@ -73,6 +75,38 @@ def _insert(con: duckdb.DuckDBPyConnection, table: str, rows: pa.Table, first: b
     verb = f"CREATE TEMP TABLE {table} AS" if first else f"INSERT INTO {table}"
     con.execute(f"{verb} SELECT * FROM _bounded_rows")
     con.unregister("_bounded_rows")
+
+
+class Batched:
+    """Rows appended to a TEMP table ``table`` at least :data:`INSERT_ROWS` at a time: DuckDB's
+    insert from Arrow costs ~3x per row in batches below its row group (122,880 rows) as in
+    larger ones (14 BIGINT columns: 475 ns a row in 90k-row inserts, 144-180 in 262k-1M;
+    benchmarks/RESULTS.md, session 7)."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, table: str) -> None:
+        self.con, self.table, self.rows = con, table, INSERT_ROWS
+        self.pending: list[pa.Table] = []
+        self.count = 0
+        self.created = False
+
+    def add(self, rows: pa.Table) -> None:
+        self.pending.append(rows)
+        self.count += rows.num_rows
+        if self.count >= self.rows:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.pending:
+            _insert(self.con, self.table, pa.concat_tables(self.pending), not self.created)
+            self.created = True
+        self.pending, self.count = [], 0
+
+    def drop(self) -> None:
+        """Forget the pending rows and drop the table if it was created."""
+        self.pending, self.count = [], 0
+        if self.created:
+            self.con.execute(f"DROP TABLE {self.table}")
+            self.created = False
 
 
 class Bounded:
@@ -127,19 +161,18 @@ class Bounded:
         split = self._split(con, "SELECT * FROM _supply_rows", "supply", BATCH_ROWS)
         if split is None:
             return False
-        first = True
+        out = Batched(con, "_supply__rows")
         for k in range(self.parts):
             rows = split.read(k)
             if rows is None:
                 continue
             numbered = number_supply(rows)
             if numbered is None:
-                if not first:
-                    con.execute("DROP TABLE _supply__rows")
+                out.drop()
                 return False
-            _insert(con, "_supply__rows", numbered, first)
-            first = False
-        if first:  # no supply rows at all
+            out.add(numbered)
+        out.flush()
+        if not out.created:  # no supply rows at all
             return False
         swap(con, "_supply", stmts)
         self._supply = split
@@ -259,16 +292,15 @@ class Bounded:
         assert ranges is not None
         ((ga, gr),) = con.execute(
             "SELECT attention_grid_tokens, recurrent_grid_tokens FROM _params").fetchall()
-        first = True
+        out = Batched(con, "_episode_depths__rows")
         for r in ranges.ranges():
             rows = episode_depths(validity(r), entries(r), ga, gr)
             if rows is None:
-                if not first:
-                    con.execute("DROP TABLE _episode_depths__rows")
+                out.drop()
                 return False
-            _insert(con, "_episode_depths__rows", rows, first)
-            first = False
-        if first:
+            out.add(rows)
+        out.flush()
+        if not out.created:
             return False
         swap(con, "_episode_depths", stmts)
         return True

@@ -124,6 +124,17 @@ def test_bounded_rows_equal_the_reference_sql(tmp_path):
         assert got[view] == ref[view], f"{view}: bounded and reference SQL differ"
 
 
+@pytest.mark.slow
+def test_bounded_rows_equal_the_sql_in_small_inserts(tmp_path, monkeypatch):
+    """The TEMP tables filled by many inserts (Batched flushing every 50 rows)."""
+    table = TABLES["regressed1"]()
+    want = parquet_answers(table, tmp_path, accelerate=False)
+    monkeypatch.setattr(bounded, "INSERT_ROWS", 50)
+    got = parquet_answers(table, tmp_path, accelerate=True, parts=3)
+    for view in COMPARED + (VALIDITY,):
+        assert got[view] == want[view], f"{view}: bounded and SQL rows differ"
+
+
 def test_a_lost_partition_changes_the_rows(tmp_path, monkeypatch):
     """Negative control: the last key partition's chain positions skipped."""
     table = TABLES["S2-tight"]()
@@ -146,6 +157,7 @@ def test_a_lost_episode_range_changes_the_rows(tmp_path, monkeypatch):
     assert bad["episode_lineage"] != want["episode_lineage"]
 
 
+@pytest.mark.slow
 def test_depths_step_aside_to_the_whole_sql(tmp_path, monkeypatch):
     """Where the NumPy depths step aside, the view's SQL computes _episode_depths whole (over
     the _chain_validity view): the same rows."""
