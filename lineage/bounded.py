@@ -43,8 +43,9 @@ from lineage.episode_ranges import (
     by_range,
     entry_keys,
     episode_depths,
+    only_episodes,
 )
-from lineage.materialize import swap
+from lineage.materialize import Batched, insert_rows, swap
 from lineage.part_files import PartWriter
 from lineage.probe import EntryArrays, chain_positions, entry_arrays, probe_table, validity_columns
 from lineage.supply import number_supply
@@ -57,8 +58,6 @@ RANGE_NAMES = ("_episode_depths", "_window_flips", "_boundaries")
 # rows per stream batch while splitting (supply rows; episodes for the chains)
 BATCH_ROWS = 1 << 20
 BATCH_EPISODES = 1 << 17
-# rows per insert into a TEMP table (Batched), at least
-INSERT_ROWS = 1 << 18
 # the probe's supply columns
 _SUP_COLS = ["is_rec", "hash", "seq", "step", "is_pub", "request_id"]
 _ENT_COLS = ["ep", "request_id", "entry_seq", "has_window", "adopt_seq", "adopt_step"]
@@ -68,45 +67,6 @@ _CHAIN_TYPES = {"row": np.int64, "is_rec": bool, "pos": np.int64, "hash": np.uin
 # tests set this to check that a lost partition changes the answer (negative control): the
 # last key partition's chain positions are then skipped
 _FAULT_DROP_LAST_PART = False
-
-
-def _insert(con: duckdb.DuckDBPyConnection, table: str, rows: pa.Table, first: bool) -> None:
-    con.register("_bounded_rows", rows)
-    verb = f"CREATE TEMP TABLE {table} AS" if first else f"INSERT INTO {table}"
-    con.execute(f"{verb} SELECT * FROM _bounded_rows")
-    con.unregister("_bounded_rows")
-
-
-class Batched:
-    """Rows appended to a TEMP table ``table`` at least :data:`INSERT_ROWS` at a time: DuckDB's
-    insert from Arrow costs ~3x per row in batches below its row group (122,880 rows) as in
-    larger ones (14 BIGINT columns: 475 ns a row in 90k-row inserts, 144-180 in 262k-1M;
-    benchmarks/RESULTS.md, session 7)."""
-
-    def __init__(self, con: duckdb.DuckDBPyConnection, table: str) -> None:
-        self.con, self.table, self.rows = con, table, INSERT_ROWS
-        self.pending: list[pa.Table] = []
-        self.count = 0
-        self.created = False
-
-    def add(self, rows: pa.Table) -> None:
-        self.pending.append(rows)
-        self.count += rows.num_rows
-        if self.count >= self.rows:
-            self.flush()
-
-    def flush(self) -> None:
-        if self.pending:
-            _insert(self.con, self.table, pa.concat_tables(self.pending), not self.created)
-            self.created = True
-        self.pending, self.count = [], 0
-
-    def drop(self) -> None:
-        """Forget the pending rows and drop the table if it was created."""
-        self.pending, self.count = [], 0
-        if self.created:
-            self.con.execute(f"DROP TABLE {self.table}")
-            self.created = False
 
 
 class Bounded:
@@ -252,7 +212,7 @@ class Bounded:
             done = p.filter(settled)
             rest = p.filter(pc.invert(settled))
             ranges.write_validity(pa.table(validity_columns(done)))
-            _insert(con, "_chain_probe__rest", rest, not created)
+            insert_rows(con, "_chain_probe__rest", rest, not created)
             created = ["_chain_probe__rest"]
         chains.remove()
         self._supply.remove()
@@ -316,7 +276,7 @@ class Bounded:
             assert rest is not None
             by_range(con, name, stmts, {"_chain_validity": lambda r: rest}, [0])
             return True
-        if name == "_episode_depths":  # stepped aside: the view's SQL, whole
+        if name == "_episode_depths":  # False where NumPy steps aside: the view's SQL, whole
             return self._depths_in_numpy(con, stmts, validity, entries)
         # _boundaries: only the moved episodes' rows, of the ranges holding them
         flips = con.sql("SELECT * FROM _window_flips").to_arrow_table()
@@ -325,41 +285,13 @@ class Bounded:
         moved_entries = con.sql("SELECT e.* FROM _entries AS e SEMI JOIN _moved_eps AS m "
                                 "ON e.ep = m.ep").to_arrow_table()
         con.unregister("_moved_eps")
-        inputs = {"_chain_validity": _only(validity, moved),
-                  "_entries": _by_ep(moved_entries, ranges),
+        inputs = {"_chain_validity": only_episodes(validity, moved),
+                  "_entries": ranges.by_episode(moved_entries),
                   # each range's own flips: the view's DISTINCT over all of them, per range,
                   # grew with ranges x flips
-                  "_window_flips": _by_ep(flips, ranges)}
+                  "_window_flips": ranges.by_episode(flips)}
         by_range(con, name, stmts, inputs,
                  ranges.ranges(ranges.index(moved).astype(np.int64).tolist()))
         if name == RANGE_NAMES[-1]:
             self.close()
         return True
-
-
-def _only(rows: Source, eps: pa.ChunkedArray) -> Source:
-    """``rows`` restricted to the episodes ``eps`` (a lookup table by ep: a hash set of every
-    moved episode built per range grew with ranges x episodes)."""
-    ep = as_numpy(eps, np.int64)
-    member = np.zeros(int(ep.max()) + 2 if len(ep) else 1, bool)
-    member[ep] = True
-
-    def get(r: int | None) -> pa.Table:
-        t = rows(r)
-        e = np.minimum(as_numpy(t["ep"], np.int64), len(member) - 1)
-        return t.filter(pa.array(member[np.maximum(e, 0)] & (e >= 0)))
-    return get
-
-
-def _by_ep(rows: pa.Table, ranges: EpisodeRanges) -> Source:
-    """Range ``r``'s rows of ``rows`` (held whole, sorted by ep once)."""
-    ep = as_numpy(rows["ep"], np.int64)
-    order = np.argsort(ep, kind="stable")
-    rows, ep = rows.take(pa.array(order)), ep[order]
-
-    def get(r: int | None) -> pa.Table:
-        if r is None:
-            return rows.slice(0, 0)
-        lo, hi = np.searchsorted(ep, [r * ranges.size + 1, (r + 1) * ranges.size + 1])
-        return rows.slice(int(lo), int(hi - lo))
-    return get

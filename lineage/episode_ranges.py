@@ -78,11 +78,38 @@ class EpisodeRanges:
             return writer.schema.empty_table()
         return get
 
+    def by_episode(self, rows: pa.Table) -> Source:
+        """Range ``r``'s rows of ``rows`` (held whole, sorted by ep once)."""
+        ep = as_numpy(rows["ep"], np.int64)
+        order = np.argsort(ep, kind="stable")
+        rows, ep = rows.take(pa.array(order)), ep[order]
+
+        def get(r: int | None) -> pa.Table:
+            if r is None:
+                return rows.slice(0, 0)
+            lo, hi = np.searchsorted(ep, [r * self.size + 1, (r + 1) * self.size + 1])
+            return rows.slice(int(lo), int(hi - lo))
+        return get
+
     def ranges(self, wanted: Iterable[int] | None = None) -> list[int]:
         out = list(range(self.count)) if wanted is None else sorted(set(wanted))
         if _FAULT_DROP_LAST_RANGE:
             out = [r for r in out if r != self.count - 1]
         return out
+
+
+def only_episodes(rows: Source, eps: pa.ChunkedArray) -> Source:
+    """``rows`` restricted to the episodes ``eps`` (a lookup table by ep: a hash set of every
+    moved episode built per range grew with ranges x episodes)."""
+    ep = as_numpy(eps, np.int64)
+    member = np.zeros(int(ep.max()) + 2 if len(ep) else 1, bool)
+    member[ep] = True
+
+    def get(r: int | None) -> pa.Table:
+        t = rows(r)
+        e = np.minimum(as_numpy(t["ep"], np.int64), len(member) - 1)
+        return t.filter(pa.array(member[np.maximum(e, 0)] & (e >= 0)))
+    return get
 
 
 def by_range(con: duckdb.DuckDBPyConnection, name: str, stmts: list,

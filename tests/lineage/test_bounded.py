@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from lineage import bounded, bounded_entries, episode_ranges, views
+from lineage import bounded, bounded_entries, episode_ranges, materialize, views
 from lineage.synth import D0_SYNTH, SynthConfig, synthesize
 from lineage.table import events_to_table
 
@@ -129,7 +129,7 @@ def test_bounded_rows_equal_the_sql_in_small_inserts(tmp_path, monkeypatch):
     """The TEMP tables filled by many inserts (Batched flushing every 50 rows)."""
     table = TABLES["regressed1"]()
     want = parquet_answers(table, tmp_path, accelerate=False)
-    monkeypatch.setattr(bounded, "INSERT_ROWS", 50)
+    monkeypatch.setattr(materialize, "INSERT_ROWS", 50)
     got = parquet_answers(table, tmp_path, accelerate=True, parts=3)
     for view in COMPARED + (VALIDITY,):
         assert got[view] == want[view], f"{view}: bounded and SQL rows differ"
