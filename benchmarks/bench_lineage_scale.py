@@ -113,8 +113,9 @@ def main() -> int:
                          "lineage.views.PART_EVENTS events)")
     ap.add_argument("--accelerate", action="store_true",
                     help="compute _supply, _chain_probe and _chain_validity in NumPy key "
-                         "partition by key partition (lineage/bounded.py; the Python side "
-                         "needs memory beside DuckDB's limit: ~2.5 GiB at 100M events)")
+                         "partition by key partition and the per-episode views episode range "
+                         "by episode range (lineage/bounded.py; the Python side "
+                         "needs memory beside DuckDB's limit: ~3 GiB at 100M events)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if any(n < 1 for n in args.tiles):

@@ -1,22 +1,27 @@
 """The NumPy materializations of ``_supply``, ``_chain_probe`` and ``_chain_validity`` for event
 tables larger than memory (``views.connect_parquet(accelerate=True)``): partition-local, each
-key partition's rows written into TEMP tables (DuckDB's memory limit, spilling), never held
-whole in Python.
+key partition's rows written into TEMP tables (DuckDB's memory limit, spilling) or scratch
+files, never held whole in Python; then the per-episode views over ``_chain_validity`` episode
+range by episode range (lineage/episode_ranges.py).
 
     _supply_rows --stream--> split by hash % parts --> supply part files (Arrow IPC, temp dir)
     per part k:  supply file k --number_supply--> INSERT INTO _supply
     _entries ----stream--> chain positions flattened once, split alike --> chain part files
+                      +--> entry rows split by episode range --> entries range files
     per part k:  supply file k + chain file k --probe_table-->
-                     settled positions   --> INSERT INTO _chain_validity
+                     settled positions   --> validity range files (split by episode range)
                      unsettled positions --> _chain_probe (a small TEMP table, ~1%)
-    once:        INSERT INTO _chain_validity SELECT * FROM _chain_rest   (its SQL)
+    once:        SELECT * FROM _chain_rest (its SQL) --> validity range files, and kept whole
+    _chain_validity stays its SQL view (no later view reads it whole)
+    _episode_depths, _window_flips, _boundaries: lineage/episode_ranges.py
 
-Every row of the three views depends on one entry's (``(is_rec, hash)``) rows only, so the key
-partitions give the rows of the whole (``_supply_ordered``, the one global fact, is a SQL view
-over the finished ``_supply``). Python holds one stream batch while splitting and one partition
-while computing, plus the entries' fixed columns (about 50 bytes per episode). A NULL hash among
-the supply rows (the window keeps all of them as one entry), or anything the NumPy functions
-step aside for, falls back to the SQL for the view and every later one of the three.
+Every row of the three key-partitioned views depends on one entry's (``(is_rec, hash)``) rows
+only, so the key partitions give the rows of the whole (``_supply_ordered``, the one global
+fact, is a SQL view over the finished ``_supply``). Python holds one stream batch while
+splitting and one partition or range while computing, plus the entries' fixed columns (about
+50 bytes per episode). A NULL hash among the supply rows (the window keeps all of them as one
+entry), or anything the NumPy functions step aside for, falls back to the SQL for the view and
+every later one.
 """
 
 from __future__ import annotations
@@ -30,12 +35,26 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from lineage.bounded_entries import materialize_entries
 from lineage.entry_order import as_numpy, small_pages
-from lineage.materialize import swap
+from lineage.episode_ranges import (
+    EpisodeRanges,
+    Source,
+    by_range,
+    entry_keys,
+    episode_depths,
+    only_episodes,
+)
+from lineage.materialize import Batched, insert_rows, swap
+from lineage.part_files import PartWriter
 from lineage.probe import EntryArrays, chain_positions, entry_arrays, probe_table, validity_columns
 from lineage.supply import number_supply
 
 NAMES = ("_supply", "_chain_probe", "_chain_validity")
+# computed before them by their own SQL without the chains in the aggregate (bounded_entries.py)
+ENTRY_NAMES = ("_entries",)
+# computed episode range by episode range after them (lineage/episode_ranges.py)
+RANGE_NAMES = ("_episode_depths", "_window_flips", "_boundaries")
 # rows per stream batch while splitting (supply rows; episodes for the chains)
 BATCH_ROWS = 1 << 20
 BATCH_EPISODES = 1 << 17
@@ -43,65 +62,11 @@ BATCH_EPISODES = 1 << 17
 _SUP_COLS = ["is_rec", "hash", "seq", "step", "is_pub", "request_id"]
 _ENT_COLS = ["ep", "request_id", "entry_seq", "has_window", "adopt_seq", "adopt_step"]
 _CHAIN_TYPES = {"row": np.int64, "is_rec": bool, "pos": np.int64, "hash": np.uint64,
-                "end": np.int64, "reach": bool}
+                "reach": bool}
 
 # tests set this to check that a lost partition changes the answer (negative control): the
 # last key partition's chain positions are then skipped
 _FAULT_DROP_LAST_PART = False
-
-
-class PartWriter:
-    """One Arrow IPC file per key partition, appended batch by batch (created on first rows)."""
-
-    def __init__(self, directory: Path, stem: str, parts: int) -> None:
-        self.paths = [directory / f"{stem}_{k:04d}.arrow" for k in range(parts)]
-        self._writers: list[pa.ipc.RecordBatchFileWriter | None] = [None] * parts
-        self.schema: pa.Schema | None = None
-
-    def write(self, table: pa.Table, part: np.ndarray) -> None:
-        """Append each row of ``table`` to the file of its partition ``part`` (uint64)."""
-        self.schema = table.schema
-        if not table.num_rows:
-            return
-        parts = len(self.paths)
-        if parts == 1:
-            self._append(0, table)
-            return
-        small = part.astype(np.uint16)  # parts <= 4096: a stable sort of these is a radix sort
-        order = np.argsort(small, kind="stable")
-        counts = np.bincount(small, minlength=parts)
-        table = table.take(pa.array(order))
-        at = 0
-        for k, cnt in enumerate(counts.tolist()):
-            if cnt:
-                self._append(k, table.slice(at, cnt))
-            at += cnt
-
-    def _append(self, k: int, table: pa.Table) -> None:
-        w = self._writers[k]
-        if w is None:
-            w = self._writers[k] = pa.ipc.new_file(str(self.paths[k]), table.schema)
-        w.write_table(table)
-
-    def close(self) -> None:
-        for w in self._writers:
-            if w is not None:
-                w.close()
-        self._writers = [None] * len(self._writers)
-
-    def read(self, k: int, columns: list[str] | None = None) -> pa.Table | None:
-        """Partition ``k``'s rows (memory-mapped), or None when it has none."""
-        if not self.paths[k].exists():
-            return None
-        table = pa.ipc.open_file(pa.memory_map(str(self.paths[k]))).read_all()
-        return table.select(columns) if columns is not None else table
-
-
-def _insert(con: duckdb.DuckDBPyConnection, table: str, rows: pa.Table, first: bool) -> None:
-    con.register("_bounded_rows", rows)
-    verb = f"CREATE TEMP TABLE {table} AS" if first else f"INSERT INTO {table}"
-    con.execute(f"{verb} SELECT * FROM _bounded_rows")
-    con.unregister("_bounded_rows")
 
 
 class Bounded:
@@ -117,16 +82,22 @@ class Bounded:
         self.directory = Path(tempfile.mkdtemp(prefix="lineage-parts-", dir=temp_directory))
         self._supply: PartWriter | None = None
         self._probed = False
+        self._ranges: EpisodeRanges | None = None
+        self._validity_done = False
 
     def materialize(self, con: duckdb.DuckDBPyConnection, name: str, stmts: list) -> bool:
         """Put the view's rows in place (True), or leave it to the SQL (False)."""
         with small_pages():
+            if name == "_entries":
+                return materialize_entries(con, stmts)
             if name == "_supply":
                 return self._supply_rows(con, stmts)
             if name == "_chain_probe":
                 return self._probe(con, stmts)
             if name == "_chain_validity":
                 return self._validity(con, stmts)
+            if name in RANGE_NAMES:
+                return self._by_range(con, name, stmts)
         return False
 
     def close(self) -> None:
@@ -150,19 +121,18 @@ class Bounded:
         split = self._split(con, "SELECT * FROM _supply_rows", "supply", BATCH_ROWS)
         if split is None:
             return False
-        first = True
+        out = Batched(con, "_supply__rows")
         for k in range(self.parts):
             rows = split.read(k)
             if rows is None:
                 continue
             numbered = number_supply(rows)
             if numbered is None:
-                if not first:
-                    con.execute("DROP TABLE _supply__rows")
+                out.drop()
                 return False
-            _insert(con, "_supply__rows", numbered, first)
-            first = False
-        if first:  # no supply rows at all
+            out.add(numbered)
+        out.flush()
+        if not out.created:  # no supply rows at all
             return False
         swap(con, "_supply", stmts)
         self._supply = split
@@ -175,8 +145,11 @@ class Bounded:
         out = PartWriter(self.directory, "chain", self.parts)
         fixed = []
         offset = 0
-        reader = con.sql(f"SELECT {', '.join(_ENT_COLS)}, chain, recurrent_chain "
-                             "FROM _entries").to_arrow_reader(BATCH_EPISODES)
+        ranges = self._ranges
+        assert ranges is not None
+        ((episodes,),) = con.execute("SELECT count(*) FROM _entries").fetchall()
+        narrow = episodes < 2**31
+        reader = con.sql("SELECT * FROM _entries").to_arrow_reader(BATCH_EPISODES)
         try:
             for b in reader:
                 t = pa.Table.from_batches([b])
@@ -186,9 +159,16 @@ class Bounded:
                 c["row"] += offset
                 offset += t.num_rows
                 fixed.append(t.select(_ENT_COLS))
-                out.write(pa.table(c), c["hash"] % np.uint64(self.parts))
+                part = c["hash"] % np.uint64(self.parts)
+                # the files hold what cannot be recomputed, narrow: end = (pos + 1) * grid
+                del c["end"]
+                if narrow:
+                    c["row"], c["pos"] = c["row"].astype(np.int32), c["pos"].astype(np.int32)
+                out.write(pa.table(c), part)
+                ranges.entries.write(entry_keys(t), ranges.index(t["ep"]))
         finally:
             out.close()
+            ranges.entries.close()
         if not fixed:
             return None
         return out, entry_arrays(pa.concat_tables(fixed).combine_chunks())
@@ -201,6 +181,8 @@ class Bounded:
         ((ordered,),) = con.execute("SELECT ordered FROM _supply_ordered").fetchall()
         if ga <= 0 or gr <= 0:
             return False
+        ((episodes,),) = con.execute("SELECT count(*) FROM _entries").fetchall()
+        self._ranges = ranges = EpisodeRanges(self.directory, episodes, self.parts)
         split = self._chain_split(con, ga, gr)
         if split is None:
             return False
@@ -220,6 +202,7 @@ class Bounded:
             if ct is None:
                 continue
             c = {n: as_numpy(ct[n], _CHAIN_TYPES[n]) for n in _CHAIN_TYPES}
+            c["end"] = (c["pos"] + 1) * np.where(c["is_rec"], gr, ga)
             sup = self._supply.read(k, _SUP_COLS)
             p = probe_table(sup if sup is not None else empty_sup, ent, c, bool(ordered))
             if p is None:
@@ -228,11 +211,11 @@ class Bounded:
             settled = p["settled"]
             done = p.filter(settled)
             rest = p.filter(pc.invert(settled))
-            first = not created
-            _insert(con, "_chain_validity__rows", pa.table(validity_columns(done)), first)
-            _insert(con, "_chain_probe__rest", rest, first)
-            if first:
-                created += ["_chain_validity__rows", "_chain_probe__rest"]
+            ranges.write_validity(pa.table(validity_columns(done)))
+            insert_rows(con, "_chain_probe__rest", rest, not created)
+            created = ["_chain_probe__rest"]
+        chains.remove()
+        self._supply.remove()
         if not created:
             return False
         for st in stmts[1:]:  # the view's comments; the view is set aside until _chain_validity
@@ -245,10 +228,70 @@ class Bounded:
     def _validity(self, con: duckdb.DuckDBPyConnection, stmts: list) -> bool:
         if not self._probed:
             return False
+        ranges = self._ranges
+        assert ranges is not None
         # _chain_rest reads _chain_probe: here only the unsettled positions, all it needs
-        con.execute("INSERT INTO _chain_validity__rows SELECT * FROM _chain_rest")
+        rest = con.sql("SELECT * FROM _chain_rest").to_arrow_table()
         con.execute("DROP TABLE _chain_probe")
         con.execute("ALTER VIEW _chain_probe__sql RENAME TO _chain_probe")
-        swap(con, "_chain_validity", stmts)
-        self.close()
+        ranges.write_validity(rest)
+        ranges.validity.close()
+        ranges.rest = rest
+        # no later view reads the whole _chain_validity (the range views read the files, and
+        # _window_flips _chain_rest's rows): it stays its SQL, for ad-hoc queries
+        for st in stmts[1:]:
+            con.execute(st.query)
+        self._validity_done = True
+        return True
+
+    def _depths_in_numpy(self, con: duckdb.DuckDBPyConnection, stmts: list, validity: Source,
+                         entries: Source) -> bool:
+        """``_episode_depths`` range by range by ``episode_ranges.episode_depths`` (False: it
+        stepped aside; nothing is left behind and the view's SQL runs, whole)."""
+        ranges = self._ranges
+        assert ranges is not None
+        ((ga, gr),) = con.execute(
+            "SELECT attention_grid_tokens, recurrent_grid_tokens FROM _params").fetchall()
+        out = Batched(con, "_episode_depths__rows")
+        for r in ranges.ranges():
+            rows = episode_depths(validity(r), entries(r), ga, gr)
+            if rows is None:
+                out.drop()
+                return False
+            out.add(rows)
+        out.flush()
+        if not out.created:
+            return False
+        swap(con, "_episode_depths", stmts)
+        return True
+
+    def _by_range(self, con: duckdb.DuckDBPyConnection, name: str, stmts: list) -> bool:
+        ranges = self._ranges
+        if not self._validity_done or ranges is None:
+            return False
+        validity, entries = ranges.rows(ranges.validity), ranges.rows(ranges.entries)
+        assert name in ("_episode_depths", "_window_flips", "_boundaries"), name
+        if name == "_window_flips":
+            rest = ranges.rest
+            assert rest is not None
+            by_range(con, name, stmts, {"_chain_validity": lambda r: rest}, [0])
+            return True
+        if name == "_episode_depths":  # False where NumPy steps aside: the view's SQL, whole
+            return self._depths_in_numpy(con, stmts, validity, entries)
+        # _boundaries: only the moved episodes' rows, of the ranges holding them
+        flips = con.sql("SELECT * FROM _window_flips").to_arrow_table()
+        moved = flips["ep"]
+        con.register("_moved_eps", pa.table({"ep": np.unique(as_numpy(moved, np.int64))}))
+        moved_entries = con.sql("SELECT e.* FROM _entries AS e SEMI JOIN _moved_eps AS m "
+                                "ON e.ep = m.ep").to_arrow_table()
+        con.unregister("_moved_eps")
+        inputs = {"_chain_validity": only_episodes(validity, moved),
+                  "_entries": ranges.by_episode(moved_entries),
+                  # each range's own flips: the view's DISTINCT over all of them, per range,
+                  # grew with ranges x flips
+                  "_window_flips": ranges.by_episode(flips)}
+        by_range(con, name, stmts, inputs,
+                 ranges.ranges(ranges.index(moved).astype(np.int64).tolist()))
+        if name == RANGE_NAMES[-1]:
+            self.close()
         return True

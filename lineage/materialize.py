@@ -1,7 +1,8 @@
 """How ``create_views`` puts a materialized view's rows in place: computed by a Python function
 (:data:`lineage.views.ACCELERATED`) and scanned as Arrow or copied into a TEMP table, or by the
 view's SQL into a TEMP table key partition by key partition, a scratch view it reads computed per
-partition first. The view keeps its name; its ``COMMENT ON`` lines are applied again.
+partition first. The view keeps its name; its ``COMMENT ON`` lines are applied again. Rows built
+piece by piece (lineage/bounded.py) go into TEMP tables through :class:`Batched`.
 """
 
 from __future__ import annotations
@@ -76,3 +77,48 @@ def materialize_sql(con: duckdb.DuckDBPyConnection, name: str, stmts: list, spli
     if scratch is not None:
         con.execute(f"DROP TABLE {scratch}")
     swap(con, name, stmts)
+
+
+# rows per insert into a TEMP table (Batched), at least
+INSERT_ROWS = 1 << 18
+
+
+def insert_rows(con: duckdb.DuckDBPyConnection, table: str, rows: pa.Table, first: bool
+                ) -> None:
+    """Create TEMP table ``table`` from ``rows`` (``first``) or append them to it."""
+    con.register("_bounded_rows", rows)
+    verb = f"CREATE TEMP TABLE {table} AS" if first else f"INSERT INTO {table}"
+    con.execute(f"{verb} SELECT * FROM _bounded_rows")
+    con.unregister("_bounded_rows")
+
+
+class Batched:
+    """Rows appended to a TEMP table ``table`` at least :data:`INSERT_ROWS` at a time: DuckDB's
+    insert from Arrow costs ~3x per row in batches below its row group (122,880 rows) as in
+    larger ones (14 BIGINT columns: 475 ns a row in 90k-row inserts, 144-180 in 262k-1M;
+    benchmarks/RESULTS.md, session 7)."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, table: str) -> None:
+        self.con, self.table, self.rows = con, table, INSERT_ROWS
+        self.pending: list[pa.Table] = []
+        self.count = 0
+        self.created = False
+
+    def add(self, rows: pa.Table) -> None:
+        self.pending.append(rows)
+        self.count += rows.num_rows
+        if self.count >= self.rows:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.pending:
+            insert_rows(self.con, self.table, pa.concat_tables(self.pending), not self.created)
+            self.created = True
+        self.pending, self.count = [], 0
+
+    def drop(self) -> None:
+        """Forget the pending rows and drop the table if it was created."""
+        self.pending, self.count = [], 0
+        if self.created:
+            self.con.execute(f"DROP TABLE {self.table}")
+            self.created = False

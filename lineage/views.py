@@ -106,9 +106,12 @@ def create_views(con: duckdb.DuckDBPyConnection, meta: RunMeta,
     partition at a time (the rows of each appended), which bounds their memory; the rows are
     the same. With ``accelerate`` the materialized views of :data:`ACCELERATED` (current set
     only) are computed by their Python function where it applies; the rows are the same.
-    ``bounded`` (current set only; instead of ``accelerate``) computes ``_supply``,
-    ``_chain_probe`` and ``_chain_validity`` in NumPy key partition by key partition into TEMP
-    tables (lineage/bounded.py); it is closed (its scratch files removed) at the end.
+    ``bounded`` (current set only; instead of ``accelerate``) computes ``_entries`` without
+    the chains in its aggregate, ``_supply``, ``_chain_probe`` and ``_chain_validity`` in NumPy
+    key partition by key partition, and ``_episode_depths``, ``_window_flips`` and
+    ``_boundaries`` episode range by episode range (lineage/bounded.py,
+    lineage/episode_ranges.py; ``_chain_validity`` then stays its SQL view, no later view
+    reading it whole); it is closed (its scratch files removed) at the end.
     """
     if bounded is not None and sql != "current":
         raise ValueError("bounded materializations need the current SQL set")
@@ -262,9 +265,10 @@ def connect_parquet(paths: list[str], meta: RunMeta | None = None, *, database: 
     ``meta`` defaults to the first file's ``hybridmem.meta``; ``on_view`` as in
     :func:`connect`; ``parts`` (see :func:`create_views`) defaults to one key partition per
     :data:`PART_EVENTS` events (from the files' footers). ``accelerate`` computes ``_supply``,
-    ``_chain_probe`` and ``_chain_validity`` in NumPy key partition by key partition
-    (lineage/bounded.py: scratch files in ``temp_directory``, the rows in TEMP tables), in
-    ``bounded_parts`` partitions (default one per :data:`BOUNDED_PART_EVENTS` events).
+    ``_chain_probe`` and ``_chain_validity`` in NumPy key partition by key partition and the
+    per-episode views after them episode range by episode range (lineage/bounded.py: scratch
+    files in ``temp_directory``, the rows in TEMP tables), in ``bounded_parts`` partitions and
+    as many ranges (default one per :data:`BOUNDED_PART_EVENTS` events).
     """
     import pyarrow.parquet as pq
 

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from lineage import bounded, views
+from lineage import bounded, bounded_entries, episode_ranges, materialize, views
 from lineage.synth import D0_SYNTH, SynthConfig, synthesize
 from lineage.table import events_to_table
 
@@ -19,7 +19,13 @@ from .helpers import S2, regressed, repeated_seq_table
 from .test_agreement import _random_events
 from .test_sql_sets import PUBLIC, _canon
 
-COMPARED = PUBLIC + ("_supply", "_chain_validity")
+COMPARED = PUBLIC + ("_entries", "_supply", "_chain_validity", "_episode_depths", "_window_flips",
+                     "_boundaries", "_boundary_transitions")
+
+
+ALL_BOUNDED = set(bounded.ENTRY_NAMES + bounded.NAMES + bounded.RANGE_NAMES)
+# _chain_validity's rows as the range views read them (written by the bounded path)
+VALIDITY = "_chain_validity (range files)"
 
 
 def _rows(con, name: str) -> list[tuple]:
@@ -43,7 +49,24 @@ def parquet_answers(table: pa.Table, tmp: Path, *, accelerate: bool, parts: int 
             used.add(name)
         return done
 
+    real_depths = bounded.episode_depths
+
+    def depths_spy(*args):
+        rows = real_depths(*args)
+        if used is not None and rows is None:
+            used.add("episode_depths stepped aside")
+        return rows
+
+    real_write = episode_ranges.EpisodeRanges.write_validity
+    written: list[pa.Table] = []
+
+    def write_spy(self, rows):
+        written.append(rows.select(episode_ranges.VALIDITY_COLUMNS))
+        real_write(self, rows)
+
     bounded.Bounded.materialize = spy  # type: ignore[method-assign]
+    bounded.episode_depths = depths_spy
+    episode_ranges.EpisodeRanges.write_validity = write_spy  # type: ignore[method-assign]
     try:
         db = tmp / f"db_{accelerate}_{parts}_{sql}.duckdb"
         con = views.connect_parquet([str(path)], database=str(db), memory_limit="1GB",
@@ -51,8 +74,16 @@ def parquet_answers(table: pa.Table, tmp: Path, *, accelerate: bool, parts: int 
                                     accelerate=accelerate, bounded_parts=parts)
     finally:
         bounded.Bounded.materialize = real  # type: ignore[method-assign]
+        bounded.episode_depths = real_depths
+        episode_ranges.EpisodeRanges.write_validity = real_write  # type: ignore[method-assign]
     names = COMPARED if sql == "current" else PUBLIC
     out = {name: _rows(con, name) for name in names}
+    if sql == "current":
+        cols = ", ".join(episode_ranges.VALIDITY_COLUMNS)
+        out[VALIDITY] = _rows(con, f"(SELECT {cols} FROM _chain_validity)")
+        if accelerate and written:  # the rows the range views read, not the view's SQL
+            con.register("_written", pa.concat_tables(written))
+            out[VALIDITY] = _rows(con, "_written")
     con.close()
     return out
 
@@ -77,9 +108,9 @@ def test_bounded_rows_equal_the_sql(name, parts, tmp_path):
     want = parquet_answers(table, tmp_path, accelerate=False)
     used: set[str] = set()
     got = parquet_answers(table, tmp_path, accelerate=True, parts=parts, used=used)
-    assert used == set(bounded.NAMES), "the bounded pipeline stepped aside"
+    assert used == ALL_BOUNDED, "the bounded path stepped aside"
     assert want["_chain_validity"], "the trace should have chain positions"
-    for view in COMPARED:
+    for view in COMPARED + (VALIDITY,):
         assert got[view] == want[view], f"{view}: bounded and SQL rows differ"
     assert list((tmp_path / "spill").glob("lineage-parts-*")) == [], "scratch files left"
 
@@ -93,14 +124,98 @@ def test_bounded_rows_equal_the_reference_sql(tmp_path):
         assert got[view] == ref[view], f"{view}: bounded and reference SQL differ"
 
 
+@pytest.mark.slow
+def test_bounded_rows_equal_the_sql_in_small_inserts(tmp_path, monkeypatch):
+    """The TEMP tables filled by many inserts (Batched flushing every 50 rows)."""
+    table = TABLES["regressed1"]()
+    want = parquet_answers(table, tmp_path, accelerate=False)
+    monkeypatch.setattr(materialize, "INSERT_ROWS", 50)
+    got = parquet_answers(table, tmp_path, accelerate=True, parts=3)
+    for view in COMPARED + (VALIDITY,):
+        assert got[view] == want[view], f"{view}: bounded and SQL rows differ"
+
+
 def test_a_lost_partition_changes_the_rows(tmp_path, monkeypatch):
     """Negative control: the last key partition's chain positions skipped."""
     table = TABLES["S2-tight"]()
     want = parquet_answers(table, tmp_path, accelerate=False)
     monkeypatch.setattr(bounded, "_FAULT_DROP_LAST_PART", True)
     bad = parquet_answers(table, tmp_path, accelerate=True, parts=3)
-    assert bad["_chain_validity"] != want["_chain_validity"]
+    assert bad[VALIDITY] != want[VALIDITY]
     assert bad["episode_lineage"] != want["episode_lineage"]
+
+
+def test_a_lost_episode_range_changes_the_rows(tmp_path, monkeypatch):
+    """Negative control: the last episode range skipped by _episode_depths and _boundaries."""
+    table = TABLES["S2-tight"]()
+    want = parquet_answers(table, tmp_path, accelerate=False)
+    monkeypatch.setattr(episode_ranges, "_FAULT_DROP_LAST_RANGE", True)
+    bad = parquet_answers(table, tmp_path, accelerate=True, parts=3)
+    assert bad[VALIDITY] == want[VALIDITY]
+    assert bad["_episode_depths"] != want["_episode_depths"]
+    assert bad["_boundaries"] != want["_boundaries"]
+    assert bad["episode_lineage"] != want["episode_lineage"]
+
+
+@pytest.mark.slow
+def test_depths_step_aside_to_the_whole_sql(tmp_path, monkeypatch):
+    """Where the NumPy depths step aside, the view's SQL computes _episode_depths whole (over
+    the _chain_validity view): the same rows."""
+    table = TABLES["regressed1"]()
+    want = parquet_answers(table, tmp_path, accelerate=False)
+    monkeypatch.setattr(episode_ranges, "episode_depths", lambda *a: None)
+    monkeypatch.setattr(bounded, "episode_depths", lambda *a: None)
+    used: set[str] = set()
+    got = parquet_answers(table, tmp_path, accelerate=True, parts=3, used=used)
+    assert "_episode_depths" not in used and "_boundaries" in used
+    for view in COMPARED:
+        assert got[view] == want[view], f"{view}: bounded and SQL rows differ"
+
+
+def _with_entry_tie(table: pa.Table) -> pa.Table:
+    """A second waiting-entry row of one episode at the same (least) seq, with another chain."""
+    kinds = table.column("kind").to_pylist()
+    i = kinds.index("waiting_entry")
+    twin = table.slice(i, 1)
+    chain = twin.column("chain").to_pylist()[0]
+    twin = twin.set_column(twin.column_names.index("chain"), "chain",
+                           pa.array([list(reversed(chain)) + [7]], twin.schema.field("chain").type))
+    return pa.concat_tables([table, twin])
+
+
+def test_entries_step_aside_for_a_tie_at_the_least_seq(tmp_path):
+    """Two waiting-entry rows of one episode at its least seq: the join would give two rows,
+    so the view's SQL computes _entries (the bounded views after it still run)."""
+    table = _with_entry_tie(TABLES["regressed1"]())
+    used: set[str] = set()
+    got = parquet_answers(table, tmp_path, accelerate=True, parts=3, used=used)
+    assert "_entries" not in used
+    assert set(bounded.NAMES) <= used
+    con = views.connect(table)
+    ((n,),) = con.execute("SELECT count(*) FROM _entries").fetchall()
+    assert len(got["_entries"]) == n
+
+
+def test_entries_from_the_last_row_change_the_rows(tmp_path, monkeypatch):
+    """Negative control: the chains joined from each episode's last waiting-entry row."""
+    table = pa.concat_tables([TABLES["regressed1"](), _later_entry(TABLES["regressed1"]())])
+    want = parquet_answers(table, tmp_path, accelerate=False)
+    monkeypatch.setattr(bounded_entries, "_FAULT_LAST_ROW", True)
+    bad = parquet_answers(table, tmp_path, accelerate=True, parts=3)
+    assert bad["_entries"] != want["_entries"]
+
+
+def _later_entry(table: pa.Table) -> pa.Table:
+    """A later waiting-entry row (another chain) of the first episode."""
+    kinds = table.column("kind").to_pylist()
+    i = kinds.index("waiting_entry")
+    twin = table.slice(i, 1)
+    last = max(table.column("seq").to_pylist())
+    twin = twin.set_column(twin.column_names.index("seq"), "seq",
+                           pa.array([last + 1], twin.schema.field("seq").type))
+    twin = twin.set_column(twin.column_names.index("chain"), "chain",
+                           pa.array([[7, 8, 9]], twin.schema.field("chain").type))
+    return twin
 
 
 def _with_null_hash(table: pa.Table) -> pa.Table:
@@ -121,7 +236,7 @@ def test_bounded_steps_aside_where_the_window_order_differs(make, tmp_path):
     want = parquet_answers(table, tmp_path, accelerate=False)
     used: set[str] = set()
     got = parquet_answers(table, tmp_path, accelerate=True, parts=3, used=used)
-    assert used == set()
+    assert used == set(bounded.ENTRY_NAMES)
     assert got == want
     assert list((tmp_path / "spill").glob("lineage-parts-*")) == []
 
@@ -134,6 +249,6 @@ def test_bounded_rows_equal_the_sql_on_a_larger_run(tmp_path):
     want = parquet_answers(table, tmp_path, accelerate=False)
     used: set[str] = set()
     got = parquet_answers(table, tmp_path, accelerate=True, parts=16, used=used)
-    assert used == set(bounded.NAMES)
+    assert used == ALL_BOUNDED
     for view in COMPARED:
         assert got[view] == want[view], f"{view}: bounded and SQL rows differ"
