@@ -20,19 +20,33 @@ longer complete (LOSS event, its other units released), and only then frees the 
 Demand (for pinning K and retention K = 2) counts distinct requesters per recurrent key: the
 producer at publication (owner registration), the preempted owner, and every request whose
 lookup found the checkpoint resident (hit evidence). The same requester never counts twice.
+
+The four per-block loops (allocate's take loop, :meth:`CachedOrganization._blocks_unref`,
+publish's block loop, :meth:`CachedOrganization._make_free`'s inline loop) have a compiled
+transcription, ``hybridmem._cblocks`` (hybridmem/_cblocks.c), on the same objects in the same
+order; the Python loop stays the definition and the fallback::
+
+    compiled   when the extension is built (``pip install -e .``, optional), HYBRIDMEM_BLOCKS_PURE
+               is unset, empty or "0" at import, the pool has no watcher, and (publish, reclaim:
+               the loops that emit events) no observer records events
+    Python     otherwise; :data:`IMPLEMENTATION` says which is available (``UNAVAILABLE`` why
+               not), and tests set the module's ``_cblocks`` to None to force the Python loops
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import islice, takewhile
+from typing import Any
 
 from hybridmem import checkpoint as ckpt_mod
 from hybridmem import conv_slab
 from hybridmem.checkpoint import MISSING_PAGE, Checkpoint, ConvPlacement
 from hybridmem.conv_slab import NO_LINE, SlabTable
 from hybridmem.events import Cause, Event, EventKind, NullObserver, Observer, Outcome, StateKind
+from hybridmem.extensions import load_extension
 from hybridmem.hashing import extra_keys, hash_chain, hash_chain_pair
 from hybridmem.org_interface import (
     AllocationResult,
@@ -43,6 +57,7 @@ from hybridmem.org_interface import (
     Organization,
     PinDecision,
 )
+from hybridmem.names import ENV_BLOCKS_PURE
 from hybridmem.page_pool import PagePool
 
 RETENTION_K = 2  # producer-side retention demand threshold (Q8/Q9)
@@ -58,6 +73,26 @@ class Block:
     depth: int  # tokens: end boundary of the block
     key: int = 0  # cache key while discoverable, else 0
     holders: set[str] = field(default_factory=set)  # request ids with an execution reference
+
+
+_CBLOCKS_API = 1  # hybridmem/_cblocks.c CBLOCKS_API_VERSION: bump both on any interface change
+
+
+def load_compiled(name: str = "hybridmem._cblocks") -> tuple[Any, str | None]:
+    """``(module, None)``: the compiled block loops, bound to :class:`Block`'s slots, or
+    ``(None, why not)``: not built, a stale build, or ``HYBRIDMEM_BLOCKS_PURE`` set (any value
+    but "" and "0")."""
+    if os.environ.get(ENV_BLOCKS_PURE, "") not in ("", "0"):
+        return None, f"{ENV_BLOCKS_PURE} is set"
+    mod, why = load_extension(name, _CBLOCKS_API)
+    if mod is not None:
+        mod.bind(Block)
+    return mod, why
+
+
+# _cblocks None: every per-block loop in Python (tests and the mutant runner set it so too)
+_cblocks, UNAVAILABLE = load_compiled()
+IMPLEMENTATION = "python" if _cblocks is None else "c"
 
 
 @dataclass(eq=False)
@@ -284,6 +319,10 @@ class CachedOrganization(Organization):
         refs, holds, cached, free = pool._refs, pool._holds, pool._cached, pool._free
         owners, spare = self.owner[pool.name], self.spare_blocks[pool.name]
         watcher, unused, forgotten = pool.watcher, 0, 0
+        if watcher is None and _cblocks is not None:  # this loop, compiled (no watcher call)
+            unused, forgotten = _cblocks.unref_blocks(blks, holder, refs, holds, cached,
+                                                      free.append, owners, spare, pool.name)
+            blks = []
         for blk in blks:
             holders = blk.holders
             holders.remove(holder)
@@ -467,7 +506,13 @@ class CachedOrganization(Organization):
                 f"{len(free)} free pages; this indicates a missing can_allocate/reclaim before " \
                 "allocation"
             popleft, watcher = free.popleft, apool.watcher
-            for _ in range(n_blocks):  # the next free pages in order, one reference each
+            if watcher is None and _cblocks is not None:  # this loop, compiled
+                _cblocks.take_blocks(n_blocks, popleft, refs, spare, owners, blocks, depth, ga,
+                                     request_id, apool)
+                n_take = 0
+            else:
+                n_take = n_blocks
+            for _ in range(n_take):  # the next free pages in order, one reference each
                 page = popleft()
                 refs[page] = 1
                 if watcher is not None:
@@ -557,6 +602,7 @@ class CachedOrganization(Organization):
         spare = self.spare_blocks.get(pool.name) or self._spare(pool)
         attn_index, waiters, lost = self.attn_index, self.key_waiters, 0
         emitting, watcher = self._emitting, pool.watcher
+        compiled = None if emitting or watcher is not None else _cblocks
         while len(free) < need:
             head = next(iter(cached), None)  # pool.oldest_cached(): the LRU head
             if head is None:
@@ -568,6 +614,11 @@ class CachedOrganization(Organization):
                 reclaim(pool, head, cause, requester)
                 continue
             short = need - len(free)  # the heads, oldest first (one: the head just read)
+            if compiled:  # this loop, compiled (no events, no watcher)
+                lost += compiled.reclaim_run(cached, short, head, owners, holds, refs,
+                                             free.append, spare, attn_index, waiters,
+                                             self.requests, pool.name)
+                continue
             for page in list(islice(cached, short)) if short > 1 else (head,):
                 blk = owners[page]  # the inline path removes only the page it reclaims
                 if blk.__class__ is not Block or blk.holders or holds[page] != 1:
@@ -721,7 +772,13 @@ class CachedOrganization(Organization):
         if keyed < stop and keyed < len(blocks):
             chain, waiters, holds = req.attn_chain, self.key_waiters, blocks[0].pool._holds
             refs = blocks[0].pool._refs
-            for blk, key in zip(blocks[keyed:stop], chain[keyed:stop], strict=False):
+            if not emitting and _cblocks is not None:  # this loop, compiled (no events)
+                _cblocks.publish_blocks(blocks, chain, keyed, stop, attn_index, waiters, holds,
+                                        refs, request_id, req.waits, published)
+                stop_c = keyed
+            else:
+                stop_c = stop
+            for blk, key in zip(blocks[keyed:stop_c], chain[keyed:stop_c], strict=False):
                 if blk.key:
                     continue  # already discoverable (published or adopted)
                 if key in attn_index:  # another request's copy is discoverable

@@ -1,0 +1,597 @@
+/* hybridmem._cblocks: the per-block loops of hybridmem/cached_org.py, compiled.
+ *
+ * Each function is a transcription of exactly one Python loop of CachedOrganization, on the
+ * same Python objects that loop reads and writes (the pool's lists, OrderedDict LRU and free
+ * deque, the organization's dicts, the Block objects' slots), in the same order, with the same
+ * assertion texts. The Python loop stays the definition and the fallback: cached_org.py calls
+ * a function here only when the extension loaded (cached_org.load_compiled), no pool watcher
+ * is set and, for the two loops that emit events, no observer records them.
+ *
+ *     bind(Block)                              the slotted Block class: its slot offsets
+ *     take_blocks(n, popleft, refs, spare, owners, blocks, depth, grid, holder, pool)
+ *         -> None        allocate's take loop (CachedOrganization.allocate)
+ *     unref_blocks(blocks, holder, refs, holds, cached, append, owners, spare, pool_name)
+ *         -> (pages no longer referenced, blocks forgotten)   (CachedOrganization._blocks_unref)
+ *     publish_blocks(blocks, chain, keyed, stop, index, waiters, holds, refs, request_id,
+ *                    waits, published) -> None   (CachedOrganization.publish's block loop)
+ *     reclaim_run(cached, short, head, owners, holds, refs, append, spare, index, waiters,
+ *                 requests, pool_name) -> blocks lost   (CachedOrganization._make_free's
+ *                                                        inline loop over the LRU heads)
+ *     _set_fault(mask)   tests only: a deliberate bug per loop (the negative control), 0 = none:
+ *                        1 take: a new block one token deeper   2 unref: a forgotten block
+ *                        not counted   4 publish: a published key not returned   8 reclaim:
+ *                        the run of heads reclaimed newest first
+ *
+ * The assertions of the Python loops are checked here whether or not Python runs with -O
+ * (they cost a comparison each); a failed one raises AssertionError with the same text.
+ * Objects are borrowed from the containers only while no Python code can run; a call that can
+ * run Python code (a Block constructor, a deque method, a dict or set operation on a key)
+ * holds its own references.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+
+#define CBLOCKS_API_VERSION 1 /* hybridmem/cached_org.py _CBLOCKS_API: bump both on a change */
+
+static PyTypeObject *block_type = NULL;
+static Py_ssize_t off_pool = -1, off_page, off_depth, off_key, off_holders;
+static PyObject *str_keyed = NULL, *str_name = NULL;
+static unsigned long fault_mask = 0;
+
+/* -- helpers ----------------------------------------------------------------------------- */
+
+/* A Block's slot (borrowed), or NULL with AttributeError when unset. */
+static inline PyObject *slot_get(PyObject *o, Py_ssize_t off, const char *name) {
+    PyObject *v = *(PyObject **)((char *)o + off);
+    if (v == NULL) PyErr_Format(PyExc_AttributeError, "'Block' object has no attribute '%s'", name);
+    return v;
+}
+
+static inline void slot_set(PyObject *o, Py_ssize_t off, PyObject *v) {
+    PyObject **p = (PyObject **)((char *)o + off), *old = *p;
+    Py_INCREF(v);
+    *p = v;
+    Py_XDECREF(old);
+}
+
+static int check_block(PyObject *o) {
+    if (Py_TYPE(o) == block_type) return 0;
+    PyErr_Format(PyExc_TypeError, "expected a Block, got %.100s", Py_TYPE(o)->tp_name);
+    return -1;
+}
+
+/* list[index] as Python indexes it (negative from the end); -1 with IndexError otherwise. */
+static inline Py_ssize_t list_pos(PyObject *list, PyObject *index) {
+    Py_ssize_t i = PyLong_AsSsize_t(index);
+    if (i == -1 && PyErr_Occurred()) return -1;
+    Py_ssize_t n = PyList_GET_SIZE(list);
+    if (i < 0) i += n;
+    if (i < 0 || i >= n) {
+        PyErr_SetString(PyExc_IndexError, "list index out of range");
+        return -1;
+    }
+    return i;
+}
+
+/* A page's count in refs or holds (lists of small ints). */
+static inline long count_at(PyObject *list, Py_ssize_t i) {
+    return PyLong_AsLong(PyList_GET_ITEM(list, i));
+}
+
+static inline int count_set(PyObject *list, Py_ssize_t i, long v) {
+    PyObject *nv = PyLong_FromLong(v);
+    if (nv == NULL) return -1;
+    PyObject *old = PyList_GET_ITEM(list, i);
+    PyList_SET_ITEM(list, i, nv);
+    Py_DECREF(old);
+    return 0;
+}
+
+static inline void item_set(PyObject *list, Py_ssize_t i, PyObject *v) {
+    PyObject *old = PyList_GET_ITEM(list, i);
+    Py_INCREF(v);
+    PyList_SET_ITEM(list, i, v);
+    Py_DECREF(old);
+}
+
+static int need_bound(void) {
+    if (block_type != NULL) return 0;
+    PyErr_SetString(PyExc_RuntimeError, "hybridmem._cblocks: bind(Block) was not called");
+    return -1;
+}
+
+#define NEED_TYPE(obj, check, what)                                                   \
+    if (!check(obj)) {                                                               \
+        PyErr_Format(PyExc_TypeError, "%s must be a %s, got %.100s", #obj, what,     \
+                     Py_TYPE(obj)->tp_name);                                         \
+        return NULL;                                                                 \
+    }
+
+#define NEED_ARGS(n)                                                                  \
+    if (nargs != (n)) {                                                              \
+        PyErr_Format(PyExc_TypeError, "expected %d arguments, got %zd", (n), nargs); \
+        return NULL;                                                                 \
+    }
+
+/* -- bind -------------------------------------------------------------------------------- */
+
+static Py_ssize_t member_offset(PyObject *type, const char *name) {
+    PyObject *d = PyObject_GetAttrString(type, name);
+    if (d == NULL) return -1;
+    Py_ssize_t off = -1;
+    if (Py_IS_TYPE(d, &PyMemberDescr_Type) &&
+        ((PyMemberDescrObject *)d)->d_member->type == T_OBJECT_EX)
+        off = ((PyMemberDescrObject *)d)->d_member->offset;
+    else
+        PyErr_Format(PyExc_TypeError, "Block.%s is not a __slots__ member", name);
+    Py_DECREF(d);
+    return off;
+}
+
+static PyObject *py_bind(PyObject *self, PyObject *type) {
+    if (!PyType_Check(type)) {
+        PyErr_SetString(PyExc_TypeError, "bind() takes the Block class");
+        return NULL;
+    }
+    Py_ssize_t offs[5];
+    const char *names[5] = {"pool", "page", "depth", "key", "holders"};
+    for (int i = 0; i < 5; i++)
+        if ((offs[i] = member_offset(type, names[i])) < 0) return NULL;
+    Py_INCREF(type);
+    Py_XSETREF(block_type, (PyTypeObject *)type);
+    off_pool = offs[0], off_page = offs[1], off_depth = offs[2], off_key = offs[3];
+    off_holders = offs[4];
+    Py_RETURN_NONE;
+}
+
+/* -- take_blocks: CachedOrganization.allocate's loop --------------------------------------
+ *
+ *     for _ in range(n_blocks):
+ *         page = popleft(); refs[page] = 1; depth += ga
+ *         blk = spare[page]
+ *         if blk is None: blk = Block(apool, page, depth, 0, {request_id})
+ *         else: assert no key, no holders; spare[page] = None; blk.depth = depth;
+ *               blk.holders.add(request_id)
+ *         owners[page] = blk; blocks.append(blk)
+ */
+static PyObject *py_take_blocks(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    NEED_ARGS(10);
+    if (need_bound() < 0) return NULL;
+    Py_ssize_t n = PyLong_AsSsize_t(args[0]);
+    if (n == -1 && PyErr_Occurred()) return NULL;
+    PyObject *popleft = args[1], *refs = args[2], *spare = args[3], *owners = args[4];
+    PyObject *blocks = args[5], *holder = args[8], *pool = args[9];
+    NEED_TYPE(refs, PyList_CheckExact, "list");
+    NEED_TYPE(spare, PyList_CheckExact, "list");
+    NEED_TYPE(owners, PyList_CheckExact, "list");
+    NEED_TYPE(blocks, PyList_CheckExact, "list");
+    long long depth = PyLong_AsLongLong(args[6]);
+    if (depth == -1 && PyErr_Occurred()) return NULL;
+    long long grid = PyLong_AsLongLong(args[7]);
+    if (grid == -1 && PyErr_Occurred()) return NULL;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *page = PyObject_CallNoArgs(popleft);
+        if (page == NULL) return NULL;
+        PyObject *blk = NULL, *depth_obj = NULL;
+        Py_ssize_t i = list_pos(refs, page);
+        if (i < 0 || count_set(refs, i, 1) < 0) goto fail;
+        depth += grid;
+        depth_obj = PyLong_FromLongLong(depth + ((fault_mask & 1) != 0));
+        if (depth_obj == NULL) goto fail;
+        if ((i = list_pos(spare, page)) < 0) goto fail;
+        blk = PyList_GET_ITEM(spare, i);
+        if (blk == Py_None) {
+            PyObject *holders = PySet_New(NULL);
+            if (holders == NULL || PySet_Add(holders, holder) < 0) {
+                Py_XDECREF(holders);
+                blk = NULL;
+                goto fail;
+            }
+            PyObject *zero = PyLong_FromLong(0);
+            PyObject *cargs[5] = {pool, page, depth_obj, zero, holders};
+            blk = PyObject_Vectorcall((PyObject *)block_type, cargs, 5, NULL);
+            Py_DECREF(zero);
+            Py_DECREF(holders);
+            if (blk == NULL) goto fail;
+        } else {
+            Py_INCREF(blk);
+            if (check_block(blk) < 0) goto fail;
+            PyObject *key = slot_get(blk, off_key, "key");
+            PyObject *holders = slot_get(blk, off_holders, "holders");
+            if (key == NULL || holders == NULL) goto fail;
+            int keyed = PyObject_IsTrue(key), held = PyObject_IsTrue(holders);
+            if (keyed < 0 || held < 0) goto fail;
+            if (keyed || held) {
+                PyObject *hex = PyNumber_ToBase(key, 16);
+                if (hex != NULL)
+                    PyErr_Format(PyExc_AssertionError,
+                                 "spare block on page %S with key %S, holders %R; this indicates "
+                                 "a block forgotten while discoverable or referenced",
+                                 page, hex, holders);
+                Py_XDECREF(hex);
+                goto fail;
+            }
+            item_set(spare, i, Py_None);
+            slot_set(blk, off_depth, depth_obj);
+            if (PySet_Add(holders, holder) < 0) goto fail;
+        }
+        if ((i = list_pos(owners, page)) < 0) goto fail;
+        item_set(owners, i, blk);
+        if (PyList_Append(blocks, blk) < 0) goto fail;
+        Py_DECREF(blk);
+        Py_DECREF(depth_obj);
+        Py_DECREF(page);
+        continue;
+    fail:
+        Py_XDECREF(blk);
+        Py_XDECREF(depth_obj);
+        Py_DECREF(page);
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+/* -- unref_blocks: CachedOrganization._blocks_unref's loop --------------------------------
+ *
+ *     for blk in blks:
+ *         blk.holders.remove(holder); page = blk.page
+ *         assert refs[page] > 0; left = refs[page] = refs[page] - 1
+ *         if left == 0: unused += 1; cached[page] = None if holds[page] else free.append(page)
+ *         if not blk.holders and not blk.key: assert free; owners[page] = None;
+ *                                             spare[page] = blk; forgotten += 1
+ */
+static PyObject *py_unref_blocks(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    NEED_ARGS(9);
+    if (need_bound() < 0) return NULL;
+    PyObject *blks = args[0], *holder = args[1], *refs = args[2], *holds = args[3];
+    PyObject *cached = args[4], *append = args[5], *owners = args[6], *spare = args[7];
+    PyObject *pool_name = args[8];
+    NEED_TYPE(blks, PyList_CheckExact, "list");
+    NEED_TYPE(refs, PyList_CheckExact, "list");
+    NEED_TYPE(holds, PyList_CheckExact, "list");
+    NEED_TYPE(cached, PyODict_CheckExact, "OrderedDict");
+    NEED_TYPE(owners, PyList_CheckExact, "list");
+    NEED_TYPE(spare, PyList_CheckExact, "list");
+    Py_ssize_t unused = 0, forgotten = 0;
+    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(blks); k++) {
+        PyObject *blk = PyList_GET_ITEM(blks, k);
+        Py_INCREF(blk);
+        PyObject *page = NULL;
+        if (check_block(blk) < 0) goto fail;
+        PyObject *holders = slot_get(blk, off_holders, "holders");
+        if (holders == NULL) goto fail;
+        Py_INCREF(holders);
+        int found = PySet_Discard(holders, holder);
+        if (found == 0) _PyErr_SetKeyError(holder);
+        if (found <= 0) {
+            Py_DECREF(holders);
+            goto fail;
+        }
+        page = slot_get(blk, off_page, "page");
+        if (page == NULL) {
+            Py_DECREF(holders);
+            goto fail;
+        }
+        Py_INCREF(page);
+        Py_ssize_t i = list_pos(refs, page), h;
+        long left = 0;
+        if (i < 0) goto fail_h;
+        if ((left = count_at(refs, i)) == -1 && PyErr_Occurred()) goto fail_h;
+        if (left <= 0) {
+            PyErr_Format(PyExc_AssertionError, "pool %S: decref of page %S with no reference; "
+                         "this indicates a double release", pool_name, page);
+            goto fail_h;
+        }
+        if (count_set(refs, i, --left) < 0) goto fail_h;
+        if ((h = list_pos(holds, page)) < 0) goto fail_h;
+        if (left == 0) {
+            unused++;
+            if (count_at(holds, h)) {
+                if (PyODict_SetItem(cached, page, Py_None) < 0) goto fail_h;
+            } else {
+                PyObject *r = PyObject_CallOneArg(append, page);
+                if (r == NULL) goto fail_h;
+                Py_DECREF(r);
+            }
+        }
+        PyObject *key = slot_get(blk, off_key, "key");
+        if (key == NULL) goto fail_h;
+        int keyed = PyObject_IsTrue(key);
+        if (keyed < 0) goto fail_h;
+        if (PySet_GET_SIZE(holders) == 0 && !keyed) {
+            if (count_at(refs, i) != 0 || count_at(holds, h) != 0) {
+                PyErr_Format(PyExc_AssertionError, "block on page %S forgotten while its page "
+                             "is not free; this indicates a reference or hold leak", page);
+                goto fail_h;
+            }
+            Py_ssize_t o = list_pos(owners, page), s;
+            if (o < 0 || (s = list_pos(spare, page)) < 0) goto fail_h;
+            item_set(owners, o, Py_None);
+            item_set(spare, s, blk);
+            forgotten += (fault_mask & 2) ? 0 : 1;
+        }
+        Py_DECREF(holders);
+        Py_DECREF(page);
+        Py_DECREF(blk);
+        continue;
+    fail_h:
+        Py_DECREF(holders);
+    fail:
+        Py_XDECREF(page);
+        Py_DECREF(blk);
+        return NULL;
+    }
+    return Py_BuildValue("(nn)", unused, forgotten);
+}
+
+/* -- publish_blocks: CachedOrganization.publish's block loop -------------------------------
+ *
+ *     for blk, key in zip(blocks[keyed:stop], chain[keyed:stop], strict=False):
+ *         if blk.key: continue
+ *         if key in attn_index: waiters[key] gets request_id; req.waits.append(key); continue
+ *         blk.key = key; attn_index[key] = blk; page = blk.page
+ *         assert refs[page] or holds[page]; holds[page] += 1; published.append(key)
+ */
+static PyObject *py_publish_blocks(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    NEED_ARGS(11);
+    if (need_bound() < 0) return NULL;
+    PyObject *blocks = args[0], *chain = args[1], *index = args[4], *waiters = args[5];
+    PyObject *holds = args[6], *refs = args[7], *rid = args[8], *waits = args[9];
+    PyObject *published = args[10];
+    NEED_TYPE(blocks, PyList_CheckExact, "list");
+    NEED_TYPE(chain, PyList_CheckExact, "list");
+    NEED_TYPE(index, PyDict_CheckExact, "dict");
+    NEED_TYPE(waiters, PyDict_CheckExact, "dict");
+    NEED_TYPE(holds, PyList_CheckExact, "list");
+    NEED_TYPE(refs, PyList_CheckExact, "list");
+    NEED_TYPE(waits, PyList_CheckExact, "list");
+    NEED_TYPE(published, PyList_CheckExact, "list");
+    Py_ssize_t lo = PyLong_AsSsize_t(args[2]), hi = PyLong_AsSsize_t(args[3]);
+    if ((lo == -1 || hi == -1) && PyErr_Occurred()) return NULL;
+    if (lo < 0 || hi < 0) {
+        PyErr_SetString(PyExc_ValueError, "keyed and stop must be >= 0");
+        return NULL;
+    }
+    for (Py_ssize_t k = lo; k < hi; k++) {
+        if (k >= PyList_GET_SIZE(blocks) || k >= PyList_GET_SIZE(chain)) break;
+        PyObject *blk = PyList_GET_ITEM(blocks, k), *key = PyList_GET_ITEM(chain, k);
+        PyObject *page = NULL;
+        Py_INCREF(blk);
+        Py_INCREF(key);
+        if (check_block(blk) < 0) goto fail;
+        PyObject *own = slot_get(blk, off_key, "key");
+        if (own == NULL) goto fail;
+        int keyed = PyObject_IsTrue(own);
+        if (keyed < 0) goto fail;
+        if (keyed) goto next;  /* already discoverable (published or adopted) */
+        int other = PyDict_Contains(index, key);
+        if (other < 0) goto fail;
+        if (other) {  /* another request's copy is discoverable */
+            PyObject *waiting = PyDict_GetItemWithError(waiters, key);
+            if (waiting == NULL) {
+                if (PyErr_Occurred()) goto fail;
+                PyObject *set = PySet_New(NULL);
+                if (set == NULL) goto fail;
+                int bad = PySet_Add(set, rid) < 0 || PyDict_SetItem(waiters, key, set) < 0;
+                Py_DECREF(set);
+                if (bad) goto fail;
+            } else {
+                Py_INCREF(waiting);
+                int bad = PySet_Add(waiting, rid) < 0;
+                Py_DECREF(waiting);
+                if (bad) goto fail;
+            }
+            if (PyList_Append(waits, key) < 0) goto fail;
+            goto next;
+        }
+        slot_set(blk, off_key, key);
+        if (PyDict_SetItem(index, key, blk) < 0) goto fail;
+        page = slot_get(blk, off_page, "page");
+        if (page == NULL) goto fail;
+        Py_INCREF(page);
+        Py_ssize_t h = list_pos(holds, page), r = list_pos(refs, page);
+        if (h < 0 || r < 0) goto fail;
+        long held = count_at(holds, h);
+        if (!count_at(refs, r) && !held) {
+            PyObject *pool = slot_get(blk, off_pool, "pool");
+            PyObject *name = pool ? PyObject_GetAttr(pool, str_name) : NULL;
+            if (name != NULL)
+                PyErr_Format(PyExc_AssertionError, "pool %S: hold on free page %S; this "
+                             "indicates publishing storage that was already released",
+                             name, page);
+            Py_XDECREF(name);
+            goto fail;
+        }
+        if (count_set(holds, h, held + 1) < 0) goto fail;
+        if (!(fault_mask & 4) && PyList_Append(published, key) < 0) goto fail;
+    next:
+        Py_XDECREF(page);
+        Py_DECREF(key);
+        Py_DECREF(blk);
+        continue;
+    fail:
+        Py_XDECREF(page);
+        Py_DECREF(key);
+        Py_DECREF(blk);
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+/* -- reclaim_run: CachedOrganization._make_free's inline loop ------------------------------
+ *
+ *     for page in list(islice(cached, short)) if short > 1 else (head,):
+ *         blk = owners[page]
+ *         if blk.__class__ is not Block or blk.holders or holds[page] != 1: break
+ *         key = blk.key; del attn_index[key]; blk.key = 0
+ *         if key in waiters: for waiter in waiters.pop(key): requests[waiter].keyed = 0
+ *         assert refs[page] == 0
+ *         holds[page] = 0; del cached[page]; free.append(page); lost += 1
+ *         owners[page] = None; spare[page] = blk
+ */
+static int wake_waiters(PyObject *waiters, PyObject *key, PyObject *requests) {
+    PyObject *waiting = PyDict_GetItemWithError(waiters, key);
+    if (waiting == NULL) return PyErr_Occurred() ? -1 : 0;
+    Py_INCREF(waiting);
+    if (PyDict_DelItem(waiters, key) < 0) {
+        Py_DECREF(waiting);
+        return -1;
+    }
+    PyObject *it = PyObject_GetIter(waiting), *waiter;
+    Py_DECREF(waiting);
+    if (it == NULL) return -1;
+    int rc = 0;
+    while ((waiter = PyIter_Next(it)) != NULL) {
+        PyObject *held_by = PyDict_GetItemWithError(requests, waiter);
+        Py_DECREF(waiter);
+        if (held_by == NULL) {
+            if (PyErr_Occurred()) { rc = -1; break; }
+            continue;
+        }
+        Py_INCREF(held_by);
+        PyObject *zero = PyLong_FromLong(0);
+        rc = PyObject_SetAttr(held_by, str_keyed, zero);
+        Py_DECREF(zero);
+        Py_DECREF(held_by);
+        if (rc < 0) break;
+    }
+    Py_DECREF(it);
+    return rc < 0 || PyErr_Occurred() ? -1 : 0;
+}
+
+static PyObject *py_reclaim_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    NEED_ARGS(12);
+    if (need_bound() < 0) return NULL;
+    PyObject *cached = args[0], *head = args[2], *owners = args[3], *holds = args[4];
+    PyObject *refs = args[5], *append = args[6], *spare = args[7], *index = args[8];
+    PyObject *waiters = args[9], *requests = args[10], *pool_name = args[11];
+    NEED_TYPE(cached, PyODict_CheckExact, "OrderedDict");
+    NEED_TYPE(owners, PyList_CheckExact, "list");
+    NEED_TYPE(holds, PyList_CheckExact, "list");
+    NEED_TYPE(refs, PyList_CheckExact, "list");
+    NEED_TYPE(spare, PyList_CheckExact, "list");
+    NEED_TYPE(index, PyDict_CheckExact, "dict");
+    NEED_TYPE(waiters, PyDict_CheckExact, "dict");
+    NEED_TYPE(requests, PyDict_CheckExact, "dict");
+    Py_ssize_t shortn = PyLong_AsSsize_t(args[1]);
+    if (shortn == -1 && PyErr_Occurred()) return NULL;
+    /* the heads, oldest first, read before any is removed (as list(islice(...)) reads them) */
+    PyObject *heads;
+    if (shortn > 1) {
+        heads = PyList_New(0);
+        if (heads == NULL) return NULL;
+        PyObject *it = PyObject_GetIter(cached), *page;
+        if (it == NULL) {
+            Py_DECREF(heads);
+            return NULL;
+        }
+        for (Py_ssize_t k = 0; k < shortn && (page = PyIter_Next(it)) != NULL; k++) {
+            int bad = PyList_Append(heads, page) < 0;
+            Py_DECREF(page);
+            if (bad) break;
+        }
+        Py_DECREF(it);
+        if (PyErr_Occurred()) {
+            Py_DECREF(heads);
+            return NULL;
+        }
+        if (fault_mask & 8) PyList_Reverse(heads);
+    } else {
+        heads = PyList_New(1);
+        if (heads == NULL) return NULL;
+        Py_INCREF(head);
+        PyList_SET_ITEM(heads, 0, head);
+    }
+    Py_ssize_t lost = 0;
+    PyObject *zero = PyLong_FromLong(0);
+    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(heads); k++) {
+        PyObject *page = PyList_GET_ITEM(heads, k), *key = NULL;
+        Py_ssize_t o = list_pos(owners, page), h, r, s;
+        if (o < 0 || (h = list_pos(holds, page)) < 0) goto fail;
+        PyObject *blk = PyList_GET_ITEM(owners, o);
+        if (Py_TYPE(blk) != block_type) break;  /* the caller's loop takes it through _reclaim */
+        PyObject *holders = slot_get(blk, off_holders, "holders");
+        if (holders == NULL) goto fail;
+        int held = PyObject_IsTrue(holders);
+        if (held < 0) goto fail;
+        if (held || count_at(holds, h) != 1) break;
+        Py_INCREF(blk);
+        key = slot_get(blk, off_key, "key");  /* _lose_block */
+        if (key == NULL) goto fail_b;
+        Py_INCREF(key);
+        if (PyDict_DelItem(index, key) < 0) goto fail_b;
+        slot_set(blk, off_key, zero);
+        if (wake_waiters(waiters, key, requests) < 0) goto fail_b;
+        if ((r = list_pos(refs, page)) < 0) goto fail_b;
+        long left = count_at(refs, r);
+        if (left != 0) {
+            PyErr_Format(PyExc_AssertionError, "pool %S: reclaim of cached page %S with %ld "
+                         "references; this indicates reclaiming protected storage",
+                         pool_name, page, left);
+            goto fail_b;
+        }
+        if (count_set(holds, h, 0) < 0) goto fail_b;  /* pool.unhold: cached -> free */
+        if (PyODict_DelItem(cached, page) < 0) goto fail_b;
+        PyObject *res = PyObject_CallOneArg(append, page);
+        if (res == NULL) goto fail_b;
+        Py_DECREF(res);
+        lost++;  /* no holder: forget the block */
+        if ((o = list_pos(owners, page)) < 0 || (s = list_pos(spare, page)) < 0) goto fail_b;
+        item_set(owners, o, Py_None);
+        item_set(spare, s, blk);
+        Py_DECREF(key);
+        Py_DECREF(blk);
+        continue;
+    fail_b:
+        Py_XDECREF(key);
+        Py_DECREF(blk);
+    fail:
+        Py_DECREF(zero);
+        Py_DECREF(heads);
+        return NULL;
+    }
+    Py_DECREF(zero);
+    Py_DECREF(heads);
+    return PyLong_FromSsize_t(lost);
+}
+
+static PyObject *py_set_fault(PyObject *self, PyObject *arg) {
+    unsigned long mask = PyLong_AsUnsignedLong(arg);
+    if (mask == (unsigned long)-1 && PyErr_Occurred()) return NULL;
+    fault_mask = mask;
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"bind", py_bind, METH_O, "bind(Block): the slotted Block class whose slots the loops use"},
+    {"take_blocks", (PyCFunction)(void (*)(void))py_take_blocks, METH_FASTCALL,
+     "CachedOrganization.allocate's take loop"},
+    {"unref_blocks", (PyCFunction)(void (*)(void))py_unref_blocks, METH_FASTCALL,
+     "CachedOrganization._blocks_unref's loop -> (unused pages, forgotten blocks)"},
+    {"publish_blocks", (PyCFunction)(void (*)(void))py_publish_blocks, METH_FASTCALL,
+     "CachedOrganization.publish's block loop"},
+    {"reclaim_run", (PyCFunction)(void (*)(void))py_reclaim_run, METH_FASTCALL,
+     "CachedOrganization._make_free's inline loop -> blocks lost"},
+    {"_set_fault", py_set_fault, METH_O, "tests only: deliberate bugs (bit mask), 0 = none"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "hybridmem._cblocks",
+    "Compiled per-block loops of hybridmem/cached_org.py (its load_compiled).", -1,
+    methods, NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__cblocks(void) {
+    str_keyed = PyUnicode_InternFromString("keyed");
+    str_name = PyUnicode_InternFromString("name");
+    if (str_keyed == NULL || str_name == NULL) return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL) return NULL;
+    if (PyModule_AddIntConstant(m, "API_VERSION", CBLOCKS_API_VERSION) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
