@@ -48,6 +48,7 @@ from hybridmem.conv_slab import NO_LINE, SlabTable
 from hybridmem.events import Cause, Event, EventKind, NullObserver, Observer, Outcome, StateKind
 from hybridmem.extensions import load_extension
 from hybridmem.hashing import extra_keys, hash_chain, hash_chain_pair
+from hybridmem.names import ENV_BLOCKS_PURE
 from hybridmem.org_interface import (
     AllocationResult,
     CheckpointHit,
@@ -57,7 +58,6 @@ from hybridmem.org_interface import (
     Organization,
     PinDecision,
 )
-from hybridmem.names import ENV_BLOCKS_PURE
 from hybridmem.page_pool import PagePool
 
 RETENTION_K = 2  # producer-side retention demand threshold (Q8/Q9)
@@ -755,7 +755,7 @@ class CachedOrganization(Organization):
             raise ValueError(f"request {request_id!r}: {num_computed} computed tokens but only "
                              f"{len(req.tokens)} known")
         req.computed = computed = max(req.computed, num_computed)
-        published = []
+        published: list[int] = []
         attn_index, emitting = self.attn_index, self._emitting
         # Block i ends at (i + 1) g_a, so the blocks within ``computed`` are the first
         # ``stop = computed // g_a`` (each covers a full chunk, so it has a key: ``stop`` is at
