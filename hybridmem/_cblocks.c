@@ -17,10 +17,17 @@
  *     reclaim_run(cached, short, head, owners, holds, refs, append, spare, index, waiters,
  *                 requests, pool_name) -> blocks lost   (CachedOrganization._make_free's
  *                                                        inline loop over the LRU heads)
+ *     ref_blocks(blocks, holder, refs, holds, cached, pool_name) -> pages now in use
+ *                        (CachedOrganization._blocks_ref's loop, then PagePool.incref_many's)
+ *     adopt_blocks(keys, pages, index) -> blocks   (CachedOrganization.adopt's loop)
+ *     block_pages(keys, index) -> pages            (CachedOrganization.lookup's comprehension)
+ *     drop_waits(waits, waiters, request_id)        (CachedOrganization._release_all's loop)
  *     _set_fault(mask)   tests only: a deliberate bug per loop (the negative control), 0 = none:
  *                        1 take: a new block one token deeper   2 unref: a forgotten block
  *                        not counted   4 publish: a published key not returned   8 reclaim:
- *                        the run of heads reclaimed newest first
+ *                        the run of heads reclaimed newest first   16 ref: one page more
+ *                        counted in use   32 adopt: the last block left out   64 lookup: the
+ *                        pages reversed   128 waits: an empty waiter set left in place
  *
  * The assertions of the Python loops are checked here whether or not Python runs with -O
  * (they cost a comparison each); a failed one raises AssertionError with the same text.
@@ -556,6 +563,191 @@ static PyObject *py_reclaim_run(PyObject *self, PyObject *const *args, Py_ssize_
     return PyLong_FromSsize_t(lost);
 }
 
+/* -- ref_blocks: CachedOrganization._blocks_ref's loop, then PagePool.incref_many's ---------
+ *
+ *     for blk in blks: assert holder not in blk.holders; blk.holders.add(holder);
+ *                      pages.append(blk.page)
+ *     for page in pages:                                          (pool.incref_many(pages))
+ *         if refs[page] == 0: del cached[page] if holds[page] else raise; num_in_use += 1
+ *         refs[page] += 1
+ * -> the pages that went from cached to in use (the caller adds them to num_in_use)
+ */
+static PyObject *py_ref_blocks(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    NEED_ARGS(6);
+    if (need_bound() < 0) return NULL;
+    PyObject *blks = args[0], *holder = args[1], *refs = args[2], *holds = args[3];
+    PyObject *cached = args[4], *pool_name = args[5];
+    NEED_TYPE(blks, PyList_CheckExact, "list");
+    NEED_TYPE(refs, PyList_CheckExact, "list");
+    NEED_TYPE(holds, PyList_CheckExact, "list");
+    NEED_TYPE(cached, PyODict_CheckExact, "OrderedDict");
+    Py_ssize_t n = PyList_GET_SIZE(blks), used = 0;
+    PyObject *pages = PyList_New(0);
+    if (pages == NULL) return NULL;
+    for (Py_ssize_t k = 0; k < n && k < PyList_GET_SIZE(blks); k++) {
+        PyObject *blk = PyList_GET_ITEM(blks, k);
+        if (check_block(blk) < 0) goto fail;
+        PyObject *holders = slot_get(blk, off_holders, "holders");
+        if (holders == NULL) goto fail;
+        Py_INCREF(holders);
+        int has = PySet_Contains(holders, holder);
+        if (has > 0) {
+            PyObject *page = slot_get(blk, off_page, "page");
+            if (page != NULL)
+                PyErr_Format(PyExc_AssertionError, "%S already references block %S", holder,
+                             page);
+        }
+        int bad = has != 0 || PySet_Add(holders, holder) < 0;
+        Py_DECREF(holders);
+        if (bad) goto fail;
+        PyObject *page = slot_get(blk, off_page, "page");
+        if (page == NULL || PyList_Append(pages, page) < 0) goto fail;
+    }
+    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(pages); k++) {
+        PyObject *page = PyList_GET_ITEM(pages, k);
+        Py_ssize_t r = list_pos(refs, page), h;
+        if (r < 0) goto fail;
+        long count = count_at(refs, r);
+        if (count == -1 && PyErr_Occurred()) goto fail;
+        if (count == 0) {
+            if ((h = list_pos(holds, page)) < 0) goto fail;
+            if (count_at(holds, h)) {
+                if (PyODict_DelItem(cached, page) < 0) goto fail;  /* cached -> in use */
+            } else {
+                PyErr_Format(PyExc_AssertionError, "pool %S: incref of free page %S; this "
+                             "indicates a reference to storage that holds nothing",
+                             pool_name, page);
+                goto fail;
+            }
+            used++;
+        }
+        if (count_set(refs, r, count + 1) < 0) goto fail;
+    }
+    Py_DECREF(pages);
+    return PyLong_FromSsize_t(used + ((fault_mask & 16) && used));
+fail:
+    Py_DECREF(pages);
+    return NULL;
+}
+
+/* -- adopt_blocks: CachedOrganization.adopt's loop over the hit's blocks -------------------
+ *
+ *     for key, page in zip(hit.block_keys, hit.blocks, strict=True):
+ *         blk = attn_index.get(key)
+ *         if blk is None or blk.page != page: raise ValueError("stale hit: ...")
+ *         blocks.append(blk)
+ * -> blocks (a new list)
+ */
+static PyObject *py_adopt_blocks(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    NEED_ARGS(3);
+    if (need_bound() < 0) return NULL;
+    PyObject *keys = args[0], *pages = args[1], *index = args[2];
+    NEED_TYPE(keys, PyTuple_CheckExact, "tuple");
+    NEED_TYPE(pages, PyTuple_CheckExact, "tuple");
+    NEED_TYPE(index, PyDict_CheckExact, "dict");
+    Py_ssize_t n = PyTuple_GET_SIZE(keys), m = PyTuple_GET_SIZE(pages);
+    PyObject *blocks = PyList_New(0);
+    if (blocks == NULL) return NULL;
+    for (Py_ssize_t k = 0; k < n || k < m; k++) {
+        if (k >= n || k >= m) {
+            PyErr_Format(PyExc_ValueError, "zip() argument 2 is %s than argument 1",
+                         k >= m ? "shorter" : "longer");
+            goto fail;
+        }
+        PyObject *key = PyTuple_GET_ITEM(keys, k), *page = PyTuple_GET_ITEM(pages, k);
+        PyObject *blk = PyDict_GetItemWithError(index, key);
+        if (blk == NULL && PyErr_Occurred()) goto fail;
+        int same = 0;
+        if (blk != NULL) {
+            Py_INCREF(blk);
+            PyObject *own = check_block(blk) < 0 ? NULL : slot_get(blk, off_page, "page");
+            same = own == NULL ? -1 : PyObject_RichCompareBool(own, page, Py_EQ);
+            if (same > 0 && !((fault_mask & 32) && k == n - 1) && PyList_Append(blocks, blk) < 0)
+                same = -1;
+            Py_DECREF(blk);
+            if (same < 0) goto fail;
+        }
+        if (!same) {
+            PyObject *hex = PyNumber_ToBase(key, 16);
+            if (hex != NULL)
+                PyErr_Format(PyExc_ValueError, "stale hit: attention key %S no longer on page %S",
+                             hex, page);
+            Py_XDECREF(hex);
+            goto fail;
+        }
+    }
+    return blocks;
+fail:
+    Py_DECREF(blocks);
+    return NULL;
+}
+
+/* -- block_pages: CachedOrganization.lookup's pages of the hit's blocks ---------------------
+ *
+ *     tuple([attn_index[k].page for k in keys])
+ */
+static PyObject *py_block_pages(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    NEED_ARGS(2);
+    if (need_bound() < 0) return NULL;
+    PyObject *keys = args[0], *index = args[1];
+    NEED_TYPE(keys, PyTuple_CheckExact, "tuple");
+    NEED_TYPE(index, PyDict_CheckExact, "dict");
+    Py_ssize_t n = PyTuple_GET_SIZE(keys);
+    PyObject *out = PyTuple_New(n);
+    if (out == NULL) return NULL;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *key = PyTuple_GET_ITEM(keys, k);
+        PyObject *blk = PyDict_GetItemWithError(index, key), *page;
+        if (blk == NULL) {
+            if (!PyErr_Occurred()) _PyErr_SetKeyError(key);
+            goto fail;
+        }
+        if (check_block(blk) < 0 || (page = slot_get(blk, off_page, "page")) == NULL) goto fail;
+        Py_INCREF(page);
+        PyTuple_SET_ITEM(out, (fault_mask & 64) ? n - 1 - k : k, page);
+    }
+    return out;
+fail:
+    Py_DECREF(out);
+    return NULL;
+}
+
+/* -- drop_waits: CachedOrganization._release_all's loop over the request's waits -----------
+ *
+ *     for key in req.waits:
+ *         waiting = waiters.get(key)
+ *         if waiting is not None: waiting.discard(rid); if not waiting: del waiters[key]
+ */
+static PyObject *py_drop_waits(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    NEED_ARGS(3);
+    PyObject *waits = args[0], *waiters = args[1], *rid = args[2];
+    NEED_TYPE(waits, PyList_CheckExact, "list");
+    NEED_TYPE(waiters, PyDict_CheckExact, "dict");
+    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(waits); k++) {
+        PyObject *key = PyList_GET_ITEM(waits, k);
+        Py_INCREF(key);
+        PyObject *waiting = PyDict_GetItemWithError(waiters, key);
+        int bad = 0;
+        if (waiting == NULL) {
+            bad = PyErr_Occurred() != NULL;
+        } else {
+            Py_INCREF(waiting);
+            if (PyAnySet_Check(waiting)) {
+                bad = PySet_Discard(waiting, rid) < 0;
+                if (!bad && PySet_GET_SIZE(waiting) == 0 && !(fault_mask & 128))
+                    bad = PyDict_DelItem(waiters, key) < 0;
+            } else {
+                PyErr_SetString(PyExc_TypeError, "key_waiters values must be sets");
+                bad = 1;
+            }
+            Py_DECREF(waiting);
+        }
+        Py_DECREF(key);
+        if (bad) return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
 static PyObject *py_set_fault(PyObject *self, PyObject *arg) {
     unsigned long mask = PyLong_AsUnsignedLong(arg);
     if (mask == (unsigned long)-1 && PyErr_Occurred()) return NULL;
@@ -573,6 +765,14 @@ static PyMethodDef methods[] = {
      "CachedOrganization.publish's block loop"},
     {"reclaim_run", (PyCFunction)(void (*)(void))py_reclaim_run, METH_FASTCALL,
      "CachedOrganization._make_free's inline loop -> blocks lost"},
+    {"ref_blocks", (PyCFunction)(void (*)(void))py_ref_blocks, METH_FASTCALL,
+     "CachedOrganization._blocks_ref's loop and PagePool.incref_many's -> pages now in use"},
+    {"adopt_blocks", (PyCFunction)(void (*)(void))py_adopt_blocks, METH_FASTCALL,
+     "CachedOrganization.adopt's loop over the hit's blocks -> blocks"},
+    {"block_pages", (PyCFunction)(void (*)(void))py_block_pages, METH_FASTCALL,
+     "CachedOrganization.lookup's pages of the hit's blocks -> tuple"},
+    {"drop_waits", (PyCFunction)(void (*)(void))py_drop_waits, METH_FASTCALL,
+     "CachedOrganization._release_all's loop over the request's waits"},
     {"_set_fault", py_set_fault, METH_O, "tests only: deliberate bugs (bit mask), 0 = none"},
     {NULL, NULL, 0, NULL},
 };

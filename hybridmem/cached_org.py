@@ -36,7 +36,7 @@ order; the Python loop stays the definition and the fallback::
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import islice, takewhile
 from typing import Any
@@ -257,6 +257,9 @@ class CachedOrganization(Organization):
         hit = None
         if j_ckpt is not None:
             hit = CheckpointHit(j_ckpt.key, j, tuple(j_ckpt.members), j_ckpt.conv)
+        if _cblocks is not None:  # the comprehension below, compiled
+            return LookupResult(request_id, a_max, r_max, j,
+                                _cblocks.block_pages(keys, attn_index), keys, hit)
         return LookupResult(request_id, a_max, r_max, j,
                             tuple([attn_index[k].page for k in keys]), keys, hit)
 
@@ -268,7 +271,11 @@ class CachedOrganization(Organization):
             raise ValueError(f"request {request_id!r} already holds storage; adopt only when "
                              "waiting")
         blocks = []
-        for key, page in zip(hit.block_keys, hit.blocks, strict=True):
+        pairs: Iterable[tuple[int, int]] = zip(hit.block_keys, hit.blocks, strict=True)
+        if _cblocks is not None and hit.block_keys.__class__ is tuple \
+                and hit.blocks.__class__ is tuple:  # the loop below, compiled
+            blocks, pairs = _cblocks.adopt_blocks(hit.block_keys, hit.blocks, self.attn_index), ()
+        for key, page in pairs:
             blk = self.attn_index.get(key)
             if blk is None or blk.page != page:
                 raise ValueError(f"stale hit: attention key {key:#x} no longer on page {page}")
@@ -300,6 +307,11 @@ class CachedOrganization(Organization):
     # == references ============================================================================
     def _blocks_ref(self, blks: list[Block], holder: str) -> None:
         """An execution reference of ``holder`` on each block (one pool)."""
+        if _cblocks is not None:  # this loop and incref_many's, compiled
+            pool = blks[0].pool
+            pool.num_in_use += _cblocks.ref_blocks(blks, holder, pool._refs, pool._holds,
+                                                   pool._cached, pool.name)
+            return
         pages = []
         for blk in blks:
             assert holder not in blk.holders, f"{holder} already references block {blk.page}"
@@ -880,7 +892,9 @@ class CachedOrganization(Organization):
         req.retained.clear()
         if req.waits:  # no block left to wait for another copy
             waiters = self.key_waiters
-            for key in req.waits:
+            if _cblocks is not None:  # this loop, compiled
+                _cblocks.drop_waits(req.waits, waiters, rid)
+            for key in req.waits if _cblocks is None else ():
                 waiting = waiters.get(key)
                 if waiting is not None:
                     waiting.discard(rid)
