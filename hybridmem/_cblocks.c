@@ -22,12 +22,14 @@
  *     adopt_blocks(keys, pages, index) -> blocks   (CachedOrganization.adopt's loop)
  *     block_pages(keys, index) -> pages            (CachedOrganization.lookup's comprehension)
  *     drop_waits(waits, waiters, request_id)        (CachedOrganization._release_all's loop)
+ *     indexed_prefix(chain, stop, index) -> length  (CachedOrganization.lookup's takewhile)
  *     _set_fault(mask)   tests only: a deliberate bug per loop (the negative control), 0 = none:
  *                        1 take: a new block one token deeper   2 unref: a forgotten block
  *                        not counted   4 publish: a published key not returned   8 reclaim:
  *                        the run of heads reclaimed newest first   16 ref: one page more
  *                        counted in use   32 adopt: the last block left out   64 lookup: the
  *                        pages reversed   128 waits: an empty waiter set left in place
+ *                        256 lookup: the prefix 32 blocks longer (512 tokens at D0's grid)
  *
  * The assertions of the Python loops are checked here whether or not Python runs with -O
  * (they cost a comparison each); a failed one raises AssertionError with the same text.
@@ -47,6 +49,20 @@ static PyObject *str_keyed = NULL, *str_name = NULL;
 static unsigned long fault_mask = 0;
 
 /* -- helpers ----------------------------------------------------------------------------- */
+
+/* dict operations on a key whose hash is computed once per block (CPython 3.11/3.12 export
+ * these; elsewhere the public calls, which hash again) */
+#if PY_VERSION_HEX < 0x030D0000
+#define D_CONTAINS(d, k, h) _PyDict_Contains_KnownHash((d), (k), (h))
+#define D_GET(d, k, h) _PyDict_GetItem_KnownHash((d), (k), (h))
+#define D_SET(d, k, v, h) _PyDict_SetItem_KnownHash((d), (k), (v), (h))
+#define D_DEL(d, k, h) _PyDict_DelItem_KnownHash((d), (k), (h))
+#else
+#define D_CONTAINS(d, k, h) ((void)(h), PyDict_Contains((d), (k)))
+#define D_GET(d, k, h) ((void)(h), PyDict_GetItemWithError((d), (k)))
+#define D_SET(d, k, v, h) ((void)(h), PyDict_SetItem((d), (k), (v)))
+#define D_DEL(d, k, h) ((void)(h), PyDict_DelItem((d), (k)))
+#endif
 
 /* A Block's slot (borrowed), or NULL with AttributeError when unset. */
 static inline PyObject *slot_get(PyObject *o, Py_ssize_t off, const char *name) {
@@ -372,15 +388,17 @@ static PyObject *py_publish_blocks(PyObject *self, PyObject *const *args, Py_ssi
         int keyed = PyObject_IsTrue(own);
         if (keyed < 0) goto fail;
         if (keyed) goto next;  /* already discoverable (published or adopted) */
-        int other = PyDict_Contains(index, key);
+        Py_hash_t hash = PyObject_Hash(key);
+        if (hash == -1) goto fail;
+        int other = D_CONTAINS(index, key, hash);
         if (other < 0) goto fail;
         if (other) {  /* another request's copy is discoverable */
-            PyObject *waiting = PyDict_GetItemWithError(waiters, key);
+            PyObject *waiting = D_GET(waiters, key, hash);
             if (waiting == NULL) {
                 if (PyErr_Occurred()) goto fail;
                 PyObject *set = PySet_New(NULL);
                 if (set == NULL) goto fail;
-                int bad = PySet_Add(set, rid) < 0 || PyDict_SetItem(waiters, key, set) < 0;
+                int bad = PySet_Add(set, rid) < 0 || D_SET(waiters, key, set, hash) < 0;
                 Py_DECREF(set);
                 if (bad) goto fail;
             } else {
@@ -393,7 +411,7 @@ static PyObject *py_publish_blocks(PyObject *self, PyObject *const *args, Py_ssi
             goto next;
         }
         slot_set(blk, off_key, key);
-        if (PyDict_SetItem(index, key, blk) < 0) goto fail;
+        if (D_SET(index, key, blk, hash) < 0) goto fail;
         page = slot_get(blk, off_page, "page");
         if (page == NULL) goto fail;
         Py_INCREF(page);
@@ -437,11 +455,12 @@ static PyObject *py_publish_blocks(PyObject *self, PyObject *const *args, Py_ssi
  *         holds[page] = 0; del cached[page]; free.append(page); lost += 1
  *         owners[page] = None; spare[page] = blk
  */
-static int wake_waiters(PyObject *waiters, PyObject *key, PyObject *requests) {
-    PyObject *waiting = PyDict_GetItemWithError(waiters, key);
+static int wake_waiters(PyObject *waiters, PyObject *key, Py_hash_t hash, PyObject *requests) {
+    if (PyDict_GET_SIZE(waiters) == 0) return 0;  /* (key in waiters: False) */
+    PyObject *waiting = D_GET(waiters, key, hash);
     if (waiting == NULL) return PyErr_Occurred() ? -1 : 0;
     Py_INCREF(waiting);
-    if (PyDict_DelItem(waiters, key) < 0) {
+    if (D_DEL(waiters, key, hash) < 0) {
         Py_DECREF(waiting);
         return -1;
     }
@@ -527,9 +546,10 @@ static PyObject *py_reclaim_run(PyObject *self, PyObject *const *args, Py_ssize_
         key = slot_get(blk, off_key, "key");  /* _lose_block */
         if (key == NULL) goto fail_b;
         Py_INCREF(key);
-        if (PyDict_DelItem(index, key) < 0) goto fail_b;
+        Py_hash_t hash = PyObject_Hash(key);
+        if (hash == -1 || D_DEL(index, key, hash) < 0) goto fail_b;
         slot_set(blk, off_key, zero);
-        if (wake_waiters(waiters, key, requests) < 0) goto fail_b;
+        if (wake_waiters(waiters, key, hash, requests) < 0) goto fail_b;
         if ((r = list_pos(refs, page)) < 0) goto fail_b;
         long left = count_at(refs, r);
         if (left != 0) {
@@ -712,6 +732,28 @@ fail:
     return NULL;
 }
 
+/* -- indexed_prefix: CachedOrganization.lookup's discoverable attention prefix -------------
+ *
+ *     len(list(takewhile(attn_index.__contains__, req.attn_chain[:stop])))
+ */
+static PyObject *py_indexed_prefix(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    NEED_ARGS(3);
+    PyObject *chain = args[0], *index = args[2];
+    NEED_TYPE(chain, PyList_CheckExact, "list");
+    NEED_TYPE(index, PyDict_CheckExact, "dict");
+    Py_ssize_t stop = PyLong_AsSsize_t(args[1]), k = 0;
+    if (stop == -1 && PyErr_Occurred()) return NULL;
+    for (; k < stop && k < PyList_GET_SIZE(chain); k++) {
+        PyObject *key = PyList_GET_ITEM(chain, k);
+        Py_INCREF(key);
+        int found = PyDict_Contains(index, key);
+        Py_DECREF(key);
+        if (found < 0) return NULL;
+        if (!found) break;
+    }
+    return PyLong_FromSsize_t(k + ((fault_mask & 256) ? 32 : 0));
+}
+
 /* -- drop_waits: CachedOrganization._release_all's loop over the request's waits -----------
  *
  *     for key in req.waits:
@@ -726,7 +768,8 @@ static PyObject *py_drop_waits(PyObject *self, PyObject *const *args, Py_ssize_t
     for (Py_ssize_t k = 0; k < PyList_GET_SIZE(waits); k++) {
         PyObject *key = PyList_GET_ITEM(waits, k);
         Py_INCREF(key);
-        PyObject *waiting = PyDict_GetItemWithError(waiters, key);
+        Py_hash_t hash = PyObject_Hash(key);
+        PyObject *waiting = hash == -1 ? NULL : D_GET(waiters, key, hash);
         int bad = 0;
         if (waiting == NULL) {
             bad = PyErr_Occurred() != NULL;
@@ -735,7 +778,7 @@ static PyObject *py_drop_waits(PyObject *self, PyObject *const *args, Py_ssize_t
             if (PyAnySet_Check(waiting)) {
                 bad = PySet_Discard(waiting, rid) < 0;
                 if (!bad && PySet_GET_SIZE(waiting) == 0 && !(fault_mask & 128))
-                    bad = PyDict_DelItem(waiters, key) < 0;
+                    bad = D_DEL(waiters, key, hash) < 0;
             } else {
                 PyErr_SetString(PyExc_TypeError, "key_waiters values must be sets");
                 bad = 1;
@@ -771,6 +814,8 @@ static PyMethodDef methods[] = {
      "CachedOrganization.adopt's loop over the hit's blocks -> blocks"},
     {"block_pages", (PyCFunction)(void (*)(void))py_block_pages, METH_FASTCALL,
      "CachedOrganization.lookup's pages of the hit's blocks -> tuple"},
+    {"indexed_prefix", (PyCFunction)(void (*)(void))py_indexed_prefix, METH_FASTCALL,
+     "CachedOrganization.lookup's discoverable attention prefix -> its length"},
     {"drop_waits", (PyCFunction)(void (*)(void))py_drop_waits, METH_FASTCALL,
      "CachedOrganization._release_all's loop over the request's waits"},
     {"_set_fault", py_set_fault, METH_O, "tests only: deliberate bugs (bit mask), 0 = none"},

@@ -236,8 +236,11 @@ class CachedOrganization(Organization):
         attn_index = self.attn_index
         # the contiguous discoverable prefix among the blocks that end at or before ``limit``
         # (block i ends at (i + 1) g_a); an empty request has an empty chain
-        n_attn = len(list(takewhile(attn_index.__contains__,
-                                    req.attn_chain[:max(limit, 0) // ga])))
+        if _cblocks is not None:  # the scan below, compiled
+            n_attn = _cblocks.indexed_prefix(req.attn_chain, max(limit, 0) // ga, attn_index)
+        else:
+            n_attn = len(list(takewhile(attn_index.__contains__,
+                                        req.attn_chain[:max(limit, 0) // ga])))
         a_max = (n_attn * ga) // gr * gr
         r_max = j = 0
         j_ckpt: Checkpoint | None = None

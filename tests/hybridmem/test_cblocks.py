@@ -150,15 +150,18 @@ def test_every_compiled_loop_runs_in_the_d0_mix(monkeypatch):
     monkeypatch.setattr(cached_org, "_cblocks", Counting())
     bench_allocator.run_mix("D0", U, "b63", PROMPTS, NullObserver())
     assert set(called) == {"take_blocks", "unref_blocks", "publish_blocks", "reclaim_run",
-                           "ref_blocks", "adopt_blocks", "block_pages", "drop_waits"}
+                           "ref_blocks", "adopt_blocks", "block_pages", "drop_waits",
+                           "indexed_prefix"}
 
 
-@pytest.mark.parametrize("fault", [1, 2, 4, 8, 16, 32, 64, 128])
+@pytest.mark.parametrize("fault", [1, 2, 4, 8, 16, 32, 64, 128, 256])
 def test_negative_control_a_fault_in_each_compiled_loop_is_told_apart(fault, monkeypatch):
     """1: a new block one token deeper (take), 2: a forgotten block not counted (unref), 4: a
     published key not returned (publish), 8: a run of LRU heads reclaimed newest first, 16:
     one page more counted in use (ref), 32: the last adopted block left out (adopt), 64: a
-    hit's pages reversed (lookup), 128: an empty waiter set left in place (release)."""
+    hit's pages reversed (lookup), 128: an empty waiter set left in place (release), 256: the
+    discoverable prefix 32 blocks longer (lookup; one block longer rounds down to the same
+    512-token boundary, an equivalent fault in these mixes)."""
     clean = _digest(monkeypatch, True, "D0", "mix")
     _set_fault(fault)
     try:
