@@ -611,6 +611,8 @@ class CachedOrganization(Organization):
         forget, watcher); any other page (a checkpoint's, a slab, or a block in a state only a
         bug reaches) goes through :meth:`_reclaim`.
         """
+        if len(pool._free) >= need:
+            return  # nothing to reclaim: the loop below would not run
         free, cached = pool._free, pool._cached  # the pool's own: changed as its methods would
         reclaim, cause = self._reclaim, Cause.ALLOCATION
         owners, holds, refs = self.owner[pool.name], pool._holds, pool._refs
