@@ -966,9 +966,9 @@ class CachedOrganization(Organization):
         page from allocation until it is forgotten; :attr:`num_blocks` counts them)."""
         return {e for owners in self.owner.values() for e in owners if e.__class__ is Block}
 
-    def _expected_refs(self) -> dict[tuple[str, int], int]:
+    def _expected_refs(self, live: set[Block] | None = None) -> dict[tuple[str, int], int]:
         refs: dict[tuple[str, int], int] = {}
-        for blk in self.live_blocks:
+        for blk in self.live_blocks if live is None else live:
             if blk.holders:
                 refs[blk.pool.name, blk.page] = len(blk.holders)
         pool = self._ckpt_pool().name
@@ -984,15 +984,19 @@ class CachedOrganization(Organization):
             pool.check_integrity()
         if self.slabs is not None:
             self.slabs.check_integrity()
-        refs = self._expected_refs()
+        live = self.live_blocks
+        refs = self._expected_refs(live)
         for pool in self.pools():
-            got = pool.ref_counts()
-            for page in range(pool.total):
-                want = refs.get((pool.name, page), 0)
-                if got[page] != want:
-                    raise AssertionError(
-                        f"{self.name} pool {pool.name} page {page}: {pool.refs(page)} references"
-                        f", holders and pins account for {want}")
+            got, wants, total = pool.ref_counts(), [0] * pool.total, pool.total
+            for (name, page), n in refs.items():  # every page's expected count, 0 if none
+                if name == pool.name and 0 <= page < total:
+                    wants[page] = n
+            if got != wants:  # the first page that differs
+                page = next(p for p in range(total) if got[p] != wants[p])
+                want = wants[page]
+                raise AssertionError(
+                    f"{self.name} pool {pool.name} page {page}: {pool.refs(page)} references"
+                    f", holders and pins account for {want}")
         used = sum(p.total - p.num_free for p in self.pools())
         xa, xr, m = self.held()
         per_ckpt = self._ckpt_units(1) if self.placement != ConvPlacement.SLOT else self.members
@@ -1000,7 +1004,6 @@ class CachedOrganization(Organization):
             raise AssertionError(
                 f"{self.name}: {used} units not free != {xa} blocks + {xr} checkpoints x "
                 f"{per_ckpt} + {m} slabs = {xa + xr * per_ckpt + m}")
-        live = self.live_blocks
         if len(live) != self.num_blocks:
             raise AssertionError(f"{self.name}: {len(live)} blocks own a page, "
                                  f"{self.num_blocks} counted")
@@ -1018,7 +1021,8 @@ class CachedOrganization(Organization):
                                      f"wait on attention key {key:#x}, which is not indexed")
         for pool in self.pools():  # an owner record exactly for the pages that are not free
             owners = self.owner[pool.name]
-            stale = [p for p in range(pool.total) if (owners[p] is None) != pool.is_free(p)]
+            stale = [p for p, o, r, h in zip(range(pool.total), owners, pool._refs, pool._holds)
+                     if (o is None) != (not r and not h)]  # (pool.is_free(p): no ref, no hold)
             if stale:
                 p = stale[0]
                 raise AssertionError(f"{self.name} pool {pool.name}: {len(stale)} pages whose "
