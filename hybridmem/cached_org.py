@@ -1021,7 +1021,8 @@ class CachedOrganization(Organization):
                                      f"wait on attention key {key:#x}, which is not indexed")
         for pool in self.pools():  # an owner record exactly for the pages that are not free
             owners = self.owner[pool.name]
-            stale = [p for p, o, r, h in zip(range(pool.total), owners, pool._refs, pool._holds)
+            stale = [p for p, o, r, h in zip(range(pool.total), owners, pool._refs,
+                                             pool._holds, strict=True)
                      if (o is None) != (not r and not h)]  # (pool.is_free(p): no ref, no hold)
             if stale:
                 p = stale[0]
