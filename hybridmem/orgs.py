@@ -111,7 +111,9 @@ class D0(CachedOrganization):
                       "recurrent": [None] * recurrent_units}
 
     def pool_for(self, kind: StateKind, need: int = 0) -> PagePool:
-        pool = self.dual.by_kind.get(kind)  # dual.pool_for's answer, without its call
+        if need:  # DualPools.pool_for decides (need is unused there: no capacity moves)
+            return self.dual.pool_for(kind, need)
+        pool = self.dual.by_kind.get(kind)  # its answer for need 0, without the call
         return pool if pool is not None else self.dual.pool_for(kind, need)
 
     def _ckpt_pool(self) -> PagePool:
