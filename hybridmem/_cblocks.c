@@ -7,7 +7,8 @@
  * a function here only when the extension loaded (cached_org.load_compiled), no pool watcher
  * is set and, for the two loops that emit events, no observer records them.
  *
- *     bind(Block)                              the slotted Block class: its slot offsets
+ *     (every function but drop_waits and indexed_prefix takes the slotted Block class first,
+ *     whose slot offsets it reads when the class changes; omitted below)
  *     take_blocks(n, popleft, refs, spare, owners, blocks, depth, grid, holder, pool)
  *         -> None        allocate's take loop (CachedOrganization.allocate)
  *     unref_blocks(blocks, holder, refs, holds, cached, append, owners, spare, pool_name)
@@ -118,11 +119,7 @@ static inline void item_set(PyObject *list, Py_ssize_t i, PyObject *v) {
     Py_DECREF(old);
 }
 
-static int need_bound(void) {
-    if (block_type != NULL) return 0;
-    PyErr_SetString(PyExc_RuntimeError, "hybridmem._cblocks: bind(Block) was not called");
-    return -1;
-}
+static int bind_type(PyObject *cls);
 
 #define NEED_TYPE(obj, check, what)                                                   \
     if (!check(obj)) {                                                               \
@@ -137,7 +134,7 @@ static int need_bound(void) {
         return NULL;                                                                 \
     }
 
-/* -- bind -------------------------------------------------------------------------------- */
+/* -- the Block class ---------------------------------------------------------------------- */
 
 static Py_ssize_t member_offset(PyObject *type, const char *name) {
     PyObject *d = PyObject_GetAttrString(type, name);
@@ -152,20 +149,23 @@ static Py_ssize_t member_offset(PyObject *type, const char *name) {
     return off;
 }
 
-static PyObject *py_bind(PyObject *self, PyObject *type) {
-    if (!PyType_Check(type)) {
-        PyErr_SetString(PyExc_TypeError, "bind() takes the Block class");
-        return NULL;
+/* The Block class every call passes first: its slot offsets, read when it is not the class of
+ * the call before (a reloaded module defines a new class; nothing is bound at import). */
+static int bind_type(PyObject *cls) {
+    if ((PyTypeObject *)cls == block_type) return 0;
+    if (!PyType_Check(cls)) {
+        PyErr_SetString(PyExc_TypeError, "the first argument must be the Block class");
+        return -1;
     }
     Py_ssize_t offs[5];
     const char *names[5] = {"pool", "page", "depth", "key", "holders"};
     for (int i = 0; i < 5; i++)
-        if ((offs[i] = member_offset(type, names[i])) < 0) return NULL;
-    Py_INCREF(type);
-    Py_XSETREF(block_type, (PyTypeObject *)type);
+        if ((offs[i] = member_offset(cls, names[i])) < 0) return -1;
+    Py_INCREF(cls);
+    Py_XSETREF(block_type, (PyTypeObject *)cls);
     off_pool = offs[0], off_page = offs[1], off_depth = offs[2], off_key = offs[3];
     off_holders = offs[4];
-    Py_RETURN_NONE;
+    return 0;
 }
 
 /* -- take_blocks: CachedOrganization.allocate's loop --------------------------------------
@@ -179,8 +179,9 @@ static PyObject *py_bind(PyObject *self, PyObject *type) {
  *         owners[page] = blk; blocks.append(blk)
  */
 static PyObject *py_take_blocks(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    NEED_ARGS(10);
-    if (need_bound() < 0) return NULL;
+    NEED_ARGS(11);
+    if (bind_type(args[0]) < 0) return NULL;
+    args++;  /* the Block class */
     Py_ssize_t n = PyLong_AsSsize_t(args[0]);
     if (n == -1 && PyErr_Occurred()) return NULL;
     PyObject *popleft = args[1], *refs = args[2], *spare = args[3], *owners = args[4];
@@ -265,8 +266,9 @@ static PyObject *py_take_blocks(PyObject *self, PyObject *const *args, Py_ssize_
  *                                             spare[page] = blk; forgotten += 1
  */
 static PyObject *py_unref_blocks(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    NEED_ARGS(9);
-    if (need_bound() < 0) return NULL;
+    NEED_ARGS(10);
+    if (bind_type(args[0]) < 0) return NULL;
+    args++;  /* the Block class */
     PyObject *blks = args[0], *holder = args[1], *refs = args[2], *holds = args[3];
     PyObject *cached = args[4], *append = args[5], *owners = args[6], *spare = args[7];
     PyObject *pool_name = args[8];
@@ -357,8 +359,9 @@ static PyObject *py_unref_blocks(PyObject *self, PyObject *const *args, Py_ssize
  *         assert refs[page] or holds[page]; holds[page] += 1; published.append(key)
  */
 static PyObject *py_publish_blocks(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    NEED_ARGS(11);
-    if (need_bound() < 0) return NULL;
+    NEED_ARGS(12);
+    if (bind_type(args[0]) < 0) return NULL;
+    args++;  /* the Block class */
     PyObject *blocks = args[0], *chain = args[1], *index = args[4], *waiters = args[5];
     PyObject *holds = args[6], *refs = args[7], *rid = args[8], *waits = args[9];
     PyObject *published = args[10];
@@ -487,8 +490,9 @@ static int wake_waiters(PyObject *waiters, PyObject *key, Py_hash_t hash, PyObje
 }
 
 static PyObject *py_reclaim_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    NEED_ARGS(12);
-    if (need_bound() < 0) return NULL;
+    NEED_ARGS(13);
+    if (bind_type(args[0]) < 0) return NULL;
+    args++;  /* the Block class */
     PyObject *cached = args[0], *head = args[2], *owners = args[3], *holds = args[4];
     PyObject *refs = args[5], *append = args[6], *spare = args[7], *index = args[8];
     PyObject *waiters = args[9], *requests = args[10], *pool_name = args[11];
@@ -593,8 +597,9 @@ static PyObject *py_reclaim_run(PyObject *self, PyObject *const *args, Py_ssize_
  * -> the pages that went from cached to in use (the caller adds them to num_in_use)
  */
 static PyObject *py_ref_blocks(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    NEED_ARGS(6);
-    if (need_bound() < 0) return NULL;
+    NEED_ARGS(7);
+    if (bind_type(args[0]) < 0) return NULL;
+    args++;  /* the Block class */
     PyObject *blks = args[0], *holder = args[1], *refs = args[2], *holds = args[3];
     PyObject *cached = args[4], *pool_name = args[5];
     NEED_TYPE(blks, PyList_CheckExact, "list");
@@ -659,8 +664,9 @@ fail:
  * -> blocks (a new list)
  */
 static PyObject *py_adopt_blocks(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    NEED_ARGS(3);
-    if (need_bound() < 0) return NULL;
+    NEED_ARGS(4);
+    if (bind_type(args[0]) < 0) return NULL;
+    args++;  /* the Block class */
     PyObject *keys = args[0], *pages = args[1], *index = args[2];
     NEED_TYPE(keys, PyTuple_CheckExact, "tuple");
     NEED_TYPE(pages, PyTuple_CheckExact, "tuple");
@@ -707,8 +713,9 @@ fail:
  *     tuple([attn_index[k].page for k in keys])
  */
 static PyObject *py_block_pages(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    NEED_ARGS(2);
-    if (need_bound() < 0) return NULL;
+    NEED_ARGS(3);
+    if (bind_type(args[0]) < 0) return NULL;
+    args++;  /* the Block class */
     PyObject *keys = args[0], *index = args[1];
     NEED_TYPE(keys, PyTuple_CheckExact, "tuple");
     NEED_TYPE(index, PyDict_CheckExact, "dict");
@@ -799,7 +806,6 @@ static PyObject *py_set_fault(PyObject *self, PyObject *arg) {
 }
 
 static PyMethodDef methods[] = {
-    {"bind", py_bind, METH_O, "bind(Block): the slotted Block class whose slots the loops use"},
     {"take_blocks", (PyCFunction)(void (*)(void))py_take_blocks, METH_FASTCALL,
      "CachedOrganization.allocate's take loop"},
     {"unref_blocks", (PyCFunction)(void (*)(void))py_unref_blocks, METH_FASTCALL,

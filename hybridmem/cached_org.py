@@ -79,15 +79,12 @@ _CBLOCKS_API = 1  # hybridmem/_cblocks.c CBLOCKS_API_VERSION: bump both on any i
 
 
 def load_compiled(name: str = "hybridmem._cblocks") -> tuple[Any, str | None]:
-    """``(module, None)``: the compiled block loops, bound to :class:`Block`'s slots, or
-    ``(None, why not)``: not built, a stale build, or ``HYBRIDMEM_BLOCKS_PURE`` set (any value
-    but "" and "0")."""
+    """``(module, None)``: the compiled block loops (each call passes :class:`Block` first, whose
+    slots they read), or ``(None, why not)``: not built, a stale build, or
+    ``HYBRIDMEM_BLOCKS_PURE`` set (any value but "" and "0")."""
     if os.environ.get(ENV_BLOCKS_PURE, "") not in ("", "0"):
         return None, f"{ENV_BLOCKS_PURE} is set"
-    mod, why = load_extension(name, _CBLOCKS_API)
-    if mod is not None:
-        mod.bind(Block)
-    return mod, why
+    return load_extension(name, _CBLOCKS_API)
 
 
 # _cblocks None: every per-block loop in Python (tests and the mutant runner set it so too)
@@ -262,7 +259,7 @@ class CachedOrganization(Organization):
             hit = CheckpointHit(j_ckpt.key, j, tuple(j_ckpt.members), j_ckpt.conv)
         if _cblocks is not None:  # the comprehension below, compiled
             return LookupResult(request_id, a_max, r_max, j,
-                                _cblocks.block_pages(keys, attn_index), keys, hit)
+                                _cblocks.block_pages(Block, keys, attn_index), keys, hit)
         return LookupResult(request_id, a_max, r_max, j,
                             tuple([attn_index[k].page for k in keys]), keys, hit)
 
@@ -277,7 +274,8 @@ class CachedOrganization(Organization):
         pairs: Iterable[tuple[int, int]] = zip(hit.block_keys, hit.blocks, strict=True)
         if _cblocks is not None and hit.block_keys.__class__ is tuple \
                 and hit.blocks.__class__ is tuple:  # the loop below, compiled
-            blocks, pairs = _cblocks.adopt_blocks(hit.block_keys, hit.blocks, self.attn_index), ()
+            blocks = _cblocks.adopt_blocks(Block, hit.block_keys, hit.blocks, self.attn_index)
+            pairs = ()
         for key, page in pairs:
             blk = self.attn_index.get(key)
             if blk is None or blk.page != page:
@@ -312,8 +310,8 @@ class CachedOrganization(Organization):
         """An execution reference of ``holder`` on each block (one pool)."""
         if _cblocks is not None:  # this loop and incref_many's, compiled
             pool = blks[0].pool
-            pool.num_in_use += _cblocks.ref_blocks(blks, holder, pool._refs, pool._holds,
-                                                   pool._cached, pool.name)
+            pool.num_in_use += _cblocks.ref_blocks(Block, blks, holder, pool._refs,
+                                                   pool._holds, pool._cached, pool.name)
             return
         pages = []
         for blk in blks:
@@ -335,7 +333,7 @@ class CachedOrganization(Organization):
         owners, spare = self.owner[pool.name], self.spare_blocks[pool.name]
         watcher, unused, forgotten = pool.watcher, 0, 0
         if watcher is None and _cblocks is not None:  # this loop, compiled (no watcher call)
-            unused, forgotten = _cblocks.unref_blocks(blks, holder, refs, holds, cached,
+            unused, forgotten = _cblocks.unref_blocks(Block, blks, holder, refs, holds, cached,
                                                       free.append, owners, spare, pool.name)
             blks = []
         for blk in blks:
@@ -522,8 +520,8 @@ class CachedOrganization(Organization):
                 "allocation"
             popleft, watcher = free.popleft, apool.watcher
             if watcher is None and _cblocks is not None:  # this loop, compiled
-                _cblocks.take_blocks(n_blocks, popleft, refs, spare, owners, blocks, depth, ga,
-                                     request_id, apool)
+                _cblocks.take_blocks(Block, n_blocks, popleft, refs, spare, owners, blocks,
+                                     depth, ga, request_id, apool)
                 n_take = 0
             else:
                 n_take = n_blocks
@@ -632,7 +630,7 @@ class CachedOrganization(Organization):
                 continue
             short = need - len(free)  # the heads, oldest first (one: the head just read)
             if compiled:  # this loop, compiled (no events, no watcher)
-                lost += compiled.reclaim_run(cached, short, head, owners, holds, refs,
+                lost += compiled.reclaim_run(Block, cached, short, head, owners, holds, refs,
                                              free.append, spare, attn_index, waiters,
                                              self.requests, pool.name)
                 continue
@@ -790,8 +788,8 @@ class CachedOrganization(Organization):
             chain, waiters, holds = req.attn_chain, self.key_waiters, blocks[0].pool._holds
             refs = blocks[0].pool._refs
             if not emitting and _cblocks is not None:  # this loop, compiled (no events)
-                _cblocks.publish_blocks(blocks, chain, keyed, stop, attn_index, waiters, holds,
-                                        refs, request_id, req.waits, published)
+                _cblocks.publish_blocks(Block, blocks, chain, keyed, stop, attn_index, waiters,
+                                        holds, refs, request_id, req.waits, published)
                 stop_c = keyed
             else:
                 stop_c = stop

@@ -12,6 +12,7 @@ request's blocks (page, depth, key, holders), the owner and spare records, and e
 from __future__ import annotations
 
 import hashlib
+import inspect
 import os
 import subprocess
 import sys
@@ -87,9 +88,9 @@ _CLEAN: dict[tuple[object, ...], str] = {}  # digests with no fault, computed on
 
 
 def _digest(monkeypatch: pytest.MonkeyPatch, compiled: bool, org: str, seq: str,
-            policy: str = "plain") -> str:
+            policy: str = "plain", cached: bool = True) -> str:
     clean = (compiled, org, seq, policy)
-    if not _FAULT and clean in _CLEAN:
+    if cached and not _FAULT and clean in _CLEAN:
         return _CLEAN[clean]
     h = hashlib.sha256()
     with monkeypatch.context() as m:
@@ -171,6 +172,18 @@ def test_negative_control_a_fault_in_each_compiled_loop_is_told_apart(fault, mon
     assert faulty != clean
 
 
+def test_a_scratch_copy_of_the_module_leaves_the_compiled_loops_working(monkeypatch):
+    """invariants.mutation executes a patched copy of cached_org's source, with its own Block
+    class, which may reach the compiled loops; each call passes its Block class, so the real
+    module's calls still read real blocks (nothing is bound at import)."""
+    scratch: dict[str, Any] = {"__name__": "hybridmem.cached_org"}
+    exec(compile(inspect.getsource(cached_org), "<scratch>", "exec"), scratch)  # noqa: S102
+    assert scratch["Block"] is not Block
+    assert cblocks.block_pages(scratch["Block"], (), {}) == ()  # the scratch class, once
+    assert _digest(monkeypatch, True, "D0", "mix", cached=False) == \
+        _digest(monkeypatch, False, "D0", "mix")
+
+
 def test_compiled_loops_raise_the_python_loops_assertion(monkeypatch):
     """A double release: the compiled unref raises the text the Python assert carries."""
     org = allocator_digest.build("D0", U, (400, 9))
@@ -181,11 +194,11 @@ def test_compiled_loops_raise_the_python_loops_assertion(monkeypatch):
     pool = blk.pool
     pool._refs[blk.page] = 0
     with pytest.raises(AssertionError, match=f"decref of page {blk.page} with no reference"):
-        cblocks.unref_blocks([blk], "a", pool._refs, pool._holds, pool._cached,
+        cblocks.unref_blocks(Block, [blk], "a", pool._refs, pool._holds, pool._cached,
                              pool._free.append, org.owner[pool.name],
                              org.spare_blocks[pool.name], pool.name)
     with pytest.raises(TypeError, match="expected a Block"):
-        cblocks.unref_blocks([object()], "a", pool._refs, pool._holds, pool._cached,
+        cblocks.unref_blocks(Block, [object()], "a", pool._refs, pool._holds, pool._cached,
                              pool._free.append, org.owner[pool.name],
                              org.spare_blocks[pool.name], pool.name)
 
