@@ -20,20 +20,35 @@ longer complete (LOSS event, its other units released), and only then frees the 
 Demand (for pinning K and retention K = 2) counts distinct requesters per recurrent key: the
 producer at publication (owner registration), the preempted owner, and every request whose
 lookup found the checkpoint resident (hit evidence). The same requester never counts twice.
+
+The four per-block loops (allocate's take loop, :meth:`CachedOrganization._blocks_unref`,
+publish's block loop, :meth:`CachedOrganization._make_free`'s inline loop) have a compiled
+transcription, ``hybridmem._cblocks`` (hybridmem/_cblocks.c), on the same objects in the same
+order; the Python loop stays the definition and the fallback::
+
+    compiled   when the extension is built (``pip install -e .``, optional), HYBRIDMEM_BLOCKS_PURE
+               is unset, empty or "0" at import, the pool has no watcher, and (publish, reclaim:
+               the loops that emit events) no observer records events
+    Python     otherwise; :data:`IMPLEMENTATION` says which is available (``UNAVAILABLE`` why
+               not), and tests set the module's ``_cblocks`` to None to force the Python loops
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import islice, takewhile
+from typing import Any
 
 from hybridmem import checkpoint as ckpt_mod
 from hybridmem import conv_slab
 from hybridmem.checkpoint import MISSING_PAGE, Checkpoint, ConvPlacement
 from hybridmem.conv_slab import NO_LINE, SlabTable
 from hybridmem.events import Cause, Event, EventKind, NullObserver, Observer, Outcome, StateKind
+from hybridmem.extensions import load_extension
 from hybridmem.hashing import extra_keys, hash_chain, hash_chain_pair
+from hybridmem.names import ENV_BLOCKS_PURE
 from hybridmem.org_interface import (
     AllocationResult,
     CheckpointHit,
@@ -58,6 +73,23 @@ class Block:
     depth: int  # tokens: end boundary of the block
     key: int = 0  # cache key while discoverable, else 0
     holders: set[str] = field(default_factory=set)  # request ids with an execution reference
+
+
+_CBLOCKS_API = 1  # hybridmem/_cblocks.c CBLOCKS_API_VERSION: bump both on any interface change
+
+
+def load_compiled(name: str = "hybridmem._cblocks") -> tuple[Any, str | None]:
+    """``(module, None)``: the compiled block loops (each call passes :class:`Block` first, whose
+    slots they read), or ``(None, why not)``: not built, a stale build, or
+    ``HYBRIDMEM_BLOCKS_PURE`` set (any value but "" and "0")."""
+    if os.environ.get(ENV_BLOCKS_PURE, "") not in ("", "0"):
+        return None, f"{ENV_BLOCKS_PURE} is set"
+    return load_extension(name, _CBLOCKS_API)
+
+
+# _cblocks None: every per-block loop in Python (tests and the mutant runner set it so too)
+_cblocks, UNAVAILABLE = load_compiled()
+IMPLEMENTATION = "python" if _cblocks is None else "c"
 
 
 @dataclass(eq=False)
@@ -201,8 +233,11 @@ class CachedOrganization(Organization):
         attn_index = self.attn_index
         # the contiguous discoverable prefix among the blocks that end at or before ``limit``
         # (block i ends at (i + 1) g_a); an empty request has an empty chain
-        n_attn = len(list(takewhile(attn_index.__contains__,
-                                    req.attn_chain[:max(limit, 0) // ga])))
+        if _cblocks is not None:  # the scan below, compiled
+            n_attn = _cblocks.indexed_prefix(req.attn_chain, max(limit, 0) // ga, attn_index)
+        else:
+            n_attn = len(list(takewhile(attn_index.__contains__,
+                                        req.attn_chain[:max(limit, 0) // ga])))
         a_max = (n_attn * ga) // gr * gr
         r_max = j = 0
         j_ckpt: Checkpoint | None = None
@@ -222,6 +257,9 @@ class CachedOrganization(Organization):
         hit = None
         if j_ckpt is not None:
             hit = CheckpointHit(j_ckpt.key, j, tuple(j_ckpt.members), j_ckpt.conv)
+        if _cblocks is not None:  # the comprehension below, compiled
+            return LookupResult(request_id, a_max, r_max, j,
+                                _cblocks.block_pages(Block, keys, attn_index), keys, hit)
         return LookupResult(request_id, a_max, r_max, j,
                             tuple([attn_index[k].page for k in keys]), keys, hit)
 
@@ -233,7 +271,12 @@ class CachedOrganization(Organization):
             raise ValueError(f"request {request_id!r} already holds storage; adopt only when "
                              "waiting")
         blocks = []
-        for key, page in zip(hit.block_keys, hit.blocks, strict=True):
+        pairs: Iterable[tuple[int, int]] = zip(hit.block_keys, hit.blocks, strict=True)
+        if _cblocks is not None and hit.block_keys.__class__ is tuple \
+                and hit.blocks.__class__ is tuple:  # the loop below, compiled
+            blocks = _cblocks.adopt_blocks(Block, hit.block_keys, hit.blocks, self.attn_index)
+            pairs = ()
+        for key, page in pairs:
             blk = self.attn_index.get(key)
             if blk is None or blk.page != page:
                 raise ValueError(f"stale hit: attention key {key:#x} no longer on page {page}")
@@ -265,6 +308,11 @@ class CachedOrganization(Organization):
     # == references ============================================================================
     def _blocks_ref(self, blks: list[Block], holder: str) -> None:
         """An execution reference of ``holder`` on each block (one pool)."""
+        if _cblocks is not None:  # this loop and incref_many's, compiled
+            pool = blks[0].pool
+            pool.num_in_use += _cblocks.ref_blocks(Block, blks, holder, pool._refs,
+                                                   pool._holds, pool._cached, pool.name)
+            return
         pages = []
         for blk in blks:
             assert holder not in blk.holders, f"{holder} already references block {blk.page}"
@@ -284,6 +332,10 @@ class CachedOrganization(Organization):
         refs, holds, cached, free = pool._refs, pool._holds, pool._cached, pool._free
         owners, spare = self.owner[pool.name], self.spare_blocks[pool.name]
         watcher, unused, forgotten = pool.watcher, 0, 0
+        if watcher is None and _cblocks is not None:  # this loop, compiled (no watcher call)
+            unused, forgotten = _cblocks.unref_blocks(Block, blks, holder, refs, holds, cached,
+                                                      free.append, owners, spare, pool.name)
+            blks = []
         for blk in blks:
             holders = blk.holders
             holders.remove(holder)
@@ -467,7 +519,13 @@ class CachedOrganization(Organization):
                 f"{len(free)} free pages; this indicates a missing can_allocate/reclaim before " \
                 "allocation"
             popleft, watcher = free.popleft, apool.watcher
-            for _ in range(n_blocks):  # the next free pages in order, one reference each
+            if watcher is None and _cblocks is not None:  # this loop, compiled
+                _cblocks.take_blocks(Block, n_blocks, popleft, refs, spare, owners, blocks,
+                                     depth, ga, request_id, apool)
+                n_take = 0
+            else:
+                n_take = n_blocks
+            for _ in range(n_take):  # the next free pages in order, one reference each
                 page = popleft()
                 refs[page] = 1
                 if watcher is not None:
@@ -551,12 +609,15 @@ class CachedOrganization(Organization):
         forget, watcher); any other page (a checkpoint's, a slab, or a block in a state only a
         bug reaches) goes through :meth:`_reclaim`.
         """
+        if len(pool._free) >= need:
+            return  # nothing to reclaim: the loop below would not run
         free, cached = pool._free, pool._cached  # the pool's own: changed as its methods would
         reclaim, cause = self._reclaim, Cause.ALLOCATION
         owners, holds, refs = self.owner[pool.name], pool._holds, pool._refs
         spare = self.spare_blocks.get(pool.name) or self._spare(pool)
         attn_index, waiters, lost = self.attn_index, self.key_waiters, 0
         emitting, watcher = self._emitting, pool.watcher
+        compiled = None if emitting or watcher is not None else _cblocks
         while len(free) < need:
             head = next(iter(cached), None)  # pool.oldest_cached(): the LRU head
             if head is None:
@@ -568,6 +629,11 @@ class CachedOrganization(Organization):
                 reclaim(pool, head, cause, requester)
                 continue
             short = need - len(free)  # the heads, oldest first (one: the head just read)
+            if compiled:  # this loop, compiled (no events, no watcher)
+                lost += compiled.reclaim_run(Block, cached, short, head, owners, holds, refs,
+                                             free.append, spare, attn_index, waiters,
+                                             self.requests, pool.name)
+                continue
             for page in list(islice(cached, short)) if short > 1 else (head,):
                 blk = owners[page]  # the inline path removes only the page it reclaims
                 if blk.__class__ is not Block or blk.holders or holds[page] != 1:
@@ -704,7 +770,7 @@ class CachedOrganization(Organization):
             raise ValueError(f"request {request_id!r}: {num_computed} computed tokens but only "
                              f"{len(req.tokens)} known")
         req.computed = computed = max(req.computed, num_computed)
-        published = []
+        published: list[int] = []
         attn_index, emitting = self.attn_index, self._emitting
         # Block i ends at (i + 1) g_a, so the blocks within ``computed`` are the first
         # ``stop = computed // g_a`` (each covers a full chunk, so it has a key: ``stop`` is at
@@ -721,7 +787,13 @@ class CachedOrganization(Organization):
         if keyed < stop and keyed < len(blocks):
             chain, waiters, holds = req.attn_chain, self.key_waiters, blocks[0].pool._holds
             refs = blocks[0].pool._refs
-            for blk, key in zip(blocks[keyed:stop], chain[keyed:stop], strict=False):
+            if not emitting and _cblocks is not None:  # this loop, compiled (no events)
+                _cblocks.publish_blocks(Block, blocks, chain, keyed, stop, attn_index, waiters,
+                                        holds, refs, request_id, req.waits, published)
+                stop_c = keyed
+            else:
+                stop_c = stop
+            for blk, key in zip(blocks[keyed:stop_c], chain[keyed:stop_c], strict=False):
                 if blk.key:
                     continue  # already discoverable (published or adopted)
                 if key in attn_index:  # another request's copy is discoverable
@@ -823,7 +895,9 @@ class CachedOrganization(Organization):
         req.retained.clear()
         if req.waits:  # no block left to wait for another copy
             waiters = self.key_waiters
-            for key in req.waits:
+            if _cblocks is not None:  # this loop, compiled
+                _cblocks.drop_waits(req.waits, waiters, rid)
+            for key in req.waits if _cblocks is None else ():
                 waiting = waiters.get(key)
                 if waiting is not None:
                     waiting.discard(rid)
@@ -890,9 +964,9 @@ class CachedOrganization(Organization):
         page from allocation until it is forgotten; :attr:`num_blocks` counts them)."""
         return {e for owners in self.owner.values() for e in owners if e.__class__ is Block}
 
-    def _expected_refs(self) -> dict[tuple[str, int], int]:
+    def _expected_refs(self, live: set[Block] | None = None) -> dict[tuple[str, int], int]:
         refs: dict[tuple[str, int], int] = {}
-        for blk in self.live_blocks:
+        for blk in self.live_blocks if live is None else live:
             if blk.holders:
                 refs[blk.pool.name, blk.page] = len(blk.holders)
         pool = self._ckpt_pool().name
@@ -908,15 +982,19 @@ class CachedOrganization(Organization):
             pool.check_integrity()
         if self.slabs is not None:
             self.slabs.check_integrity()
-        refs = self._expected_refs()
+        live = self.live_blocks
+        refs = self._expected_refs(live)
         for pool in self.pools():
-            got = pool.ref_counts()
-            for page in range(pool.total):
-                want = refs.get((pool.name, page), 0)
-                if got[page] != want:
-                    raise AssertionError(
-                        f"{self.name} pool {pool.name} page {page}: {pool.refs(page)} references"
-                        f", holders and pins account for {want}")
+            got, wants, total = pool.ref_counts(), [0] * pool.total, pool.total
+            for (name, page), n in refs.items():  # every page's expected count, 0 if none
+                if name == pool.name and 0 <= page < total:
+                    wants[page] = n
+            if got != wants:  # the first page that differs
+                page = next(p for p in range(total) if got[p] != wants[p])
+                want = wants[page]
+                raise AssertionError(
+                    f"{self.name} pool {pool.name} page {page}: {pool.refs(page)} references"
+                    f", holders and pins account for {want}")
         used = sum(p.total - p.num_free for p in self.pools())
         xa, xr, m = self.held()
         per_ckpt = self._ckpt_units(1) if self.placement != ConvPlacement.SLOT else self.members
@@ -924,7 +1002,6 @@ class CachedOrganization(Organization):
             raise AssertionError(
                 f"{self.name}: {used} units not free != {xa} blocks + {xr} checkpoints x "
                 f"{per_ckpt} + {m} slabs = {xa + xr * per_ckpt + m}")
-        live = self.live_blocks
         if len(live) != self.num_blocks:
             raise AssertionError(f"{self.name}: {len(live)} blocks own a page, "
                                  f"{self.num_blocks} counted")
@@ -942,7 +1019,9 @@ class CachedOrganization(Organization):
                                      f"wait on attention key {key:#x}, which is not indexed")
         for pool in self.pools():  # an owner record exactly for the pages that are not free
             owners = self.owner[pool.name]
-            stale = [p for p in range(pool.total) if (owners[p] is None) != pool.is_free(p)]
+            stale = [p for p, o, r, h in zip(range(pool.total), owners, pool._refs,
+                                             pool._holds, strict=True)
+                     if (o is None) != (not r and not h)]  # (pool.is_free(p): no ref, no hold)
             if stale:
                 p = stale[0]
                 raise AssertionError(f"{self.name} pool {pool.name}: {len(stale)} pages whose "

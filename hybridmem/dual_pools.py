@@ -21,6 +21,9 @@ class DualPools:
         self.attention = PagePool("attention", attention_units)
         self.recurrent = PagePool("recurrent", recurrent_units)
         self._totals = (attention_units, recurrent_units)  # fixed at start-up
+        # pool_for's answers, asked once (the organization's per-call lookup reads them)
+        self.by_kind = {kind: self.pool_for(kind) for kind in (StateKind.ATTENTION,
+                                                                 StateKind.RECURRENT)}
 
     def pool_for(self, kind: StateKind, need: int = 0) -> PagePool:
         """The pool that serves ``kind``; ``need`` is unused: no capacity moves between pools."""

@@ -111,7 +111,18 @@ class D0(CachedOrganization):
                       "recurrent": [None] * recurrent_units}
 
     def pool_for(self, kind: StateKind, need: int = 0) -> PagePool:
-        return self.dual.pool_for(kind, need)
+        if need:  # DualPools.pool_for decides (need is unused there: no capacity moves)
+            return self.dual.pool_for(kind, need)
+        pool = self.dual.by_kind.get(kind)  # its answer for need 0, without the call
+        return pool if pool is not None else self.dual.pool_for(kind, need)
+
+    def _ckpt_pool(self) -> PagePool:
+        return self.dual.by_kind[StateKind.RECURRENT]  # pool_for(RECURRENT), without the call
+
+    def available(self) -> Need:
+        by_kind = self.dual.by_kind  # (num_available of each kind's pool)
+        a, r = by_kind[StateKind.ATTENTION], by_kind[StateKind.RECURRENT]
+        return Need(len(a._free) + len(a._cached), len(r._free) + len(r._cached))
 
     def pools(self) -> list[PagePool]:
         return [self.dual.attention, self.dual.recurrent]

@@ -123,9 +123,25 @@ class MutantResult:
     error: str  # first line of the failure
 
 
+@contextmanager
+def python_loops() -> Iterator[None]:
+    """The organizations' per-block loops in Python for the block (``hybridmem._cblocks``
+    off): a mutant patches the Python loop, so the compiled transcription must not stand in
+    for it. (The machines record events and watch the pools, where the organizations take the
+    Python loops anyway; this makes it independent of that.)"""
+    from hybridmem import cached_org
+
+    saved = cached_org._cblocks
+    cached_org._cblocks = None
+    try:
+        yield
+    finally:
+        cached_org._cblocks = saved
+
+
 def run_mutant(m: Mutant, run_settings: settings = MUTANT_SETTINGS) -> MutantResult:
-    """Run ``m`` on each of its organizations until one machine fails."""
-    with applied(m):
+    """Run ``m`` on each of its organizations until one machine fails (Python loops only)."""
+    with applied(m), python_loops():
         for org in m.orgs:
             machine = MACHINES[org] if m.geometry is None else \
                 machine_for(org, GEOMETRIES[m.geometry])
