@@ -529,17 +529,16 @@ class TraceWriter:
                                    item.discarded)
             return
         first = self._pkt_seq
-        parts: list[bytes | memoryview] = []
-        for item in items:
-            parts.append(self._packet_head(item.buf, item.length, item.first_seq,
-                                           item.n_records, item.discarded))
-            parts.append(memoryview(item.buf)[:item.length])
+        heads = [self._packet_head(item.buf, item.length, item.first_seq, item.n_records,
+                                   item.discarded) for item in items]
+        views = [memoryview(item.buf)[:item.length] for item in items]
+        parts = [part for pair in zip(heads, views, strict=True) for part in pair]
         try:
             n = os.writev(self._file.fileno(), parts)
         except OSError:
             n = 0
         for i, item in enumerate(items):
-            head, content = parts[2 * i], parts[2 * i + 1]
+            head, content = heads[i], views[i]
             size = fmt.PACKET.size + item.length
             if n >= size:
                 n -= size
