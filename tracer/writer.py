@@ -10,8 +10,9 @@ header and in END) is the only trace it leaves, and the verdict refuses the run:
     emitting threads                     flusher thread
     ----------------                     --------------
     take token; one pack_into            wait for a sealed buffer (or flush_interval_s)
-    full? seal -> sealed queue    ---->  crc32 + write packet (+ fsync if fsync="packet")
-    take a free buffer           <----   give the buffer back to the free pool
+    full? seal -> sealed queue    ---->  take every sealed buffer; crc32 each; write them as
+                                         packets (one os.writev; fsync if fsync="packet")
+    take a free buffer           <----   give the buffers back to the free pool
     (none free: block or drop)
 
 The emitting state (active buffer, offset, sequence number, string ids) is guarded by a *token*:
@@ -58,6 +59,7 @@ from tracer import format as fmt
 from tracer.errors import TraceError
 
 POLICIES = ("block", "drop")
+WRITEV_PACKETS = 256  # packets per os.writev (two buffers each; Linux takes at most 1,024)
 FSYNC_POLICIES = ("none", "close", "packet")
 # Keys every trace header carries (None when the caller did not give one).
 RUN_META_KEYS = ("organization", "geometry", "budget", "seed", "engine",
@@ -493,7 +495,8 @@ class TraceWriter:
                     return  # closing and drained
                 items = list(self._sealed)
                 self._sealed.clear()
-            self._write_batch(items)
+            for at in range(0, len(items), WRITEV_PACKETS):
+                self._write_batch(items[at:at + WRITEV_PACKETS])
             with cv:
                 self._free.extend([item.buf for item in items if item.pooled])
                 cv.notify_all()
@@ -523,7 +526,8 @@ class TraceWriter:
         failed writev goes on packet by packet from the first byte not written, exactly as
         :meth:`_write_packet` would have (a packet not yet started is built again, so its
         header carries the write errors counted before it)."""
-        if len(items) == 1 or not self._owns_file or self.fsync == "packet":
+        if len(items) == 1 or not self._owns_file or self.fsync == "packet" \
+                or not hasattr(os, "writev"):
             for item in items:
                 self._write_packet(item.buf, item.length, item.first_seq, item.n_records,
                                    item.discarded)

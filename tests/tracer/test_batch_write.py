@@ -9,6 +9,7 @@ import pytest
 from hybridmem.events import Event, EventKind, StateKind
 from tests.tracer.helpers import META
 from tracer import TraceWriter, read_events, verify
+from tracer import writer as writer_mod
 
 N = 3000  # 8-record packets: ~375 of them, so the flusher finds several sealed at once
 
@@ -71,3 +72,24 @@ def test_a_writev_that_loses_bytes_is_seen(tmp_path, monkeypatch):
     path = tmp_path / "t.hmtrace"
     write_with(path, monkeypatch, lossy)
     assert not verify(path).accepted
+
+
+def test_a_batch_is_written_in_slices_of_at_most_writev_packets(tmp_path, monkeypatch):
+    """Linux's writev takes at most 1,024 buffers: a batch goes out WRITEV_PACKETS at a time."""
+    monkeypatch.setattr(writer_mod, "WRITEV_PACKETS", 2)
+    path = tmp_path / "t.hmtrace"
+    seen: list[int] = []
+    real = os.writev
+
+    def spy(fd, parts):
+        seen.append(len(parts) // 2)
+        return real(fd, parts)
+
+    monkeypatch.setattr(os, "writev", spy)
+    w = TraceWriter(path, META, packet_records=8, handle_signals=False)
+    for i in range(N):
+        w.on_event(pub(i))
+    w.close()
+    monkeypatch.undo()
+    assert seen and max(seen) == 2
+    assert verify(path).accepted and events(path) == [(i, pub(i)) for i in range(N)]
