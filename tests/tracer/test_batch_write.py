@@ -78,18 +78,6 @@ def test_a_batch_is_written_in_slices_of_at_most_writev_packets(tmp_path, monkey
     """Linux's writev takes at most 1,024 buffers: a batch goes out WRITEV_PACKETS at a time."""
     monkeypatch.setattr(writer_mod, "WRITEV_PACKETS", 2)
     path = tmp_path / "t.hmtrace"
-    seen: list[int] = []
-    real = os.writev
-
-    def spy(fd, parts):
-        seen.append(len(parts) // 2)
-        return real(fd, parts)
-
-    monkeypatch.setattr(os, "writev", spy)
-    w = TraceWriter(path, META, packet_records=8, handle_signals=False)
-    for i in range(N):
-        w.on_event(pub(i))
-    w.close()
-    monkeypatch.undo()
+    seen = write_with(path, monkeypatch, os.writev)
     assert seen and max(seen) == 2
     assert verify(path).accepted and events(path) == [(i, pub(i)) for i in range(N)]
