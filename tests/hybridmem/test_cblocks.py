@@ -63,12 +63,17 @@ def state(org: Any, full: bool) -> str:
     return repr(parts)
 
 
+class Diverged(Exception):
+    """A run's state after some call differs from the recorded trail's (told apart early)."""
+
+
 class StateDigest:
     """An organization whose every method call adds its result and the whole state after it
     to one SHA-256 (attributes pass through)."""
 
-    def __init__(self, org: Any, h: Any) -> None:
+    def __init__(self, org: Any, h: Any, trail: list[bytes] | None = None) -> None:
         self._org, self._h, self._calls = org, h, 0
+        self._trail = trail
 
     def __getattr__(self, name: str) -> Any:
         val = getattr(self._org, name)
@@ -80,6 +85,12 @@ class StateDigest:
             self._calls += 1
             full = self._calls % 32 == 0 or name == "check_integrity"
             self._h.update(f"{name}{args!r}={res!r};{state(self._org, full)}\n".encode())
+            if self._trail is not None:  # the digest after each call, or the first difference
+                at = self._calls - 1
+                if at < len(self._trail) and self._trail[at] != self._h.digest():
+                    raise Diverged(f"call {self._calls} ({name}) differs")
+                if at == len(self._trail):
+                    self._trail.append(self._h.digest())
             return res
         return call
 
@@ -88,7 +99,8 @@ _CLEAN: dict[tuple[object, ...], str] = {}  # digests with no fault, computed on
 
 
 def _digest(monkeypatch: pytest.MonkeyPatch, compiled: bool, org: str, seq: str,
-            policy: str = "plain", cached: bool = True) -> str:
+            policy: str = "plain", cached: bool = True,
+            trail: list[bytes] | None = None) -> str:
     clean = (compiled, org, seq, policy)
     if cached and not _FAULT and clean in _CLEAN:
         return _CLEAN[clean]
@@ -98,7 +110,7 @@ def _digest(monkeypatch: pytest.MonkeyPatch, compiled: bool, org: str, seq: str,
         if seq == "mix":
             real = bench_allocator.make_organization
             m.setattr(bench_allocator, "make_organization",
-                      lambda *a, **k: StateDigest(real(*a, **k), h))
+                      lambda *a, **k: StateDigest(real(*a, **k), h, trail))
             ops = bench_allocator.run_mix(org, U, "b63", PROMPTS, NullObserver(),
                                           **POLICIES[policy])
             h.update(f"ops={ops}".encode())  # (run_mix ends with check_integrity: full state)
@@ -115,6 +127,7 @@ def _digest(monkeypatch: pytest.MonkeyPatch, compiled: bool, org: str, seq: str,
 
 
 _FAULT: list[int] = []  # the fault switched on (none: empty)
+_TRAIL: list[bytes] = []  # the clean D0 mix's digest after each call (compiled loops)
 
 
 def _set_fault(mask: int) -> None:
@@ -163,11 +176,14 @@ def test_negative_control_a_fault_in_each_compiled_loop_is_told_apart(fault, mon
     hit's pages reversed (lookup), 128: an empty waiter set left in place (release), 256: the
     discoverable prefix 32 blocks longer (lookup; one block longer rounds down to the same
     512-token boundary, an equivalent fault in these mixes)."""
+    if not _TRAIL:  # the clean run's state after every call, recorded once
+        _digest(monkeypatch, True, "D0", "mix", cached=False, trail=_TRAIL)
     clean = _digest(monkeypatch, True, "D0", "mix")
     _set_fault(fault)
     try:
-        faulty = _digest(monkeypatch, True, "D0", "mix")
-    except (AssertionError, ValueError):  # a check caught it (integrity, stale hit): told apart
+        # a copy of the trail: the faulty run stops at the first call whose state differs
+        faulty = _digest(monkeypatch, True, "D0", "mix", trail=list(_TRAIL))
+    except (AssertionError, ValueError, Diverged):  # a check or the trail told it apart
         return
     assert faulty != clean
 
