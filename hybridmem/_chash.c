@@ -195,6 +195,7 @@ LANES_ATTR static void compress2(uint64_t ha[8], const uint8_t ba[128], uint64_t
 }
 #else
 #define CHASH_LANES 0
+static const int lanes_on = 0; /* no vector path: chain_pair hashes one chain after the other */
 #endif
 
 /* RFC 7693 3.3: unkeyed BLAKE2b of len bytes into h (digest = h's first outlen LE bytes).
@@ -540,7 +541,7 @@ PyMODINIT_FUNC PyInit__chash(void) {
     lanes_on = __builtin_cpu_supports("avx2") != 0;
 #endif
     if (PyModule_AddIntConstant(m, "API_VERSION", CHASH_API_VERSION) < 0 ||
-        PyModule_AddIntConstant(m, "LANES", CHASH_LANES ? lanes_on : 0) < 0) {
+        PyModule_AddIntConstant(m, "LANES", lanes_on) < 0) {
         Py_DECREF(m);
         return NULL;
     }
