@@ -16,7 +16,14 @@
  *         computes the same keys, or the same error, in Python.
  *     chain_pair(tokens, kind_a, grid_a, chunks_a, kind_b, grid_b, chunks_b, tail)
  *         -> (keys_a, keys_b): two chains from 0 over the same tokens, read once
+ *         (on x86-64 with AVX2, detected at import: the two chains in the two lanes of one
+ *         vector, compress2, while both have blocks left; the keys are the same bytes)
  *     blake2b(data, digest_size) -> bytes     (tests: RFC 7693 vectors, hashlib)
+ *     LANES                                    1 if chain_pair uses compress2 at import
+ *     _set_lanes(on) -> bool                   (tests: chain_pair's lanes on/off; False where
+ *                                               there are none)
+ *     _set_lane_fault(mask)                    (tests only: XORs mask into lane 1's h[0] after
+ *                                               every two-lane compression; 0 = none)
  *     _set_fault(mask)                         (tests only: XORs mask into h[0] after every
  *                                               compression, the negative control; 0 = none)
  *
@@ -27,7 +34,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define CHASH_API_VERSION 2 /* hybridmem/hashing.py _CHASH_API: bump both on any change */
+#define CHASH_API_VERSION 3 /* hybridmem/hashing.py _CHASH_API: bump both on any change */
 
 static const uint64_t IV[8] = {
     0x6A09E667F3BCC908ULL, 0xBB67AE8584CAA73BULL, 0x3C6EF372FE94F82BULL, 0xA54FF53A5F1D36F1ULL,
@@ -118,6 +125,79 @@ static void compress(uint64_t h[8], const uint8_t block[128], uint64_t t, int la
     h[0] ^= fault_mask;
 }
 
+/* compress on two independent blocks at once, lane 0 = (ha, ba, ta, la), lane 1 = (hb, ...):
+ * the same arithmetic, each 64-bit word of v and m a pair of words in one 128-bit vector (VEX
+ * encoded: AVX2 is what the dispatch asks for, at run time, __builtin_cpu_supports). Rotations
+ * by 32, 24 and 16 are lane-wise byte shuffles, by 63 a shift, an add and an xor. Chosen at
+ * run time, never by compiler flags: the module builds with plain gcc/clang and runs anywhere;
+ * without AVX2 (or on another architecture) chain_pair hashes its two chains one after the
+ * other with compress, which stays the definition. */
+#if defined(__x86_64__) && defined(__GNUC__)
+#define CHASH_LANES 1
+#include <immintrin.h>
+
+static int lanes_on = 0;          /* set at import when the CPU has AVX2; _set_lanes in tests */
+static uint64_t lane_fault_mask = 0; /* tests only: XORed into lane 1's h[0] by compress2 */
+
+#define LANES_ATTR __attribute__((target("avx2")))
+#define ROT32(x) _mm_shuffle_epi32((x), _MM_SHUFFLE(2, 3, 0, 1))
+#define ROT24(x) _mm_shuffle_epi8((x), r24)
+#define ROT16(x) _mm_shuffle_epi8((x), r16)
+#define ROT63(x) _mm_xor_si128(_mm_srli_epi64((x), 63), _mm_add_epi64((x), (x)))
+
+#define G2(a, b, c, d, x, y)                                          \
+    do {                                                              \
+        v[a] = _mm_add_epi64(_mm_add_epi64(v[a], v[b]), (x));         \
+        v[d] = ROT32(_mm_xor_si128(v[d], v[a]));                      \
+        v[c] = _mm_add_epi64(v[c], v[d]);                             \
+        v[b] = ROT24(_mm_xor_si128(v[b], v[c]));                      \
+        v[a] = _mm_add_epi64(_mm_add_epi64(v[a], v[b]), (y));         \
+        v[d] = ROT16(_mm_xor_si128(v[d], v[a]));                      \
+        v[c] = _mm_add_epi64(v[c], v[d]);                             \
+        v[b] = ROT63(_mm_xor_si128(v[b], v[c]));                      \
+    } while (0)
+
+#define ROUND2(r)                                                       \
+    do {                                                                \
+        G2(0, 4, 8, 12, m[SIGMA[(r) % 10][0]], m[SIGMA[(r) % 10][1]]);   \
+        G2(1, 5, 9, 13, m[SIGMA[(r) % 10][2]], m[SIGMA[(r) % 10][3]]);   \
+        G2(2, 6, 10, 14, m[SIGMA[(r) % 10][4]], m[SIGMA[(r) % 10][5]]);  \
+        G2(3, 7, 11, 15, m[SIGMA[(r) % 10][6]], m[SIGMA[(r) % 10][7]]);  \
+        G2(0, 5, 10, 15, m[SIGMA[(r) % 10][8]], m[SIGMA[(r) % 10][9]]);  \
+        G2(1, 6, 11, 12, m[SIGMA[(r) % 10][10]], m[SIGMA[(r) % 10][11]]); \
+        G2(2, 7, 8, 13, m[SIGMA[(r) % 10][12]], m[SIGMA[(r) % 10][13]]);  \
+        G2(3, 4, 9, 14, m[SIGMA[(r) % 10][14]], m[SIGMA[(r) % 10][15]]);  \
+    } while (0)
+
+LANES_ATTR static void compress2(uint64_t ha[8], const uint8_t ba[128], uint64_t ta, int la,
+                                 uint64_t hb[8], const uint8_t bb[128], uint64_t tb, int lb) {
+    const __m128i r24 = _mm_setr_epi8(3, 4, 5, 6, 7, 0, 1, 2, 11, 12, 13, 14, 15, 8, 9, 10);
+    const __m128i r16 = _mm_setr_epi8(2, 3, 4, 5, 6, 7, 0, 1, 10, 11, 12, 13, 14, 15, 8, 9);
+    __m128i v[16], m[16];
+    for (int i = 0; i < 16; i++)
+        m[i] = _mm_set_epi64x((long long)load64(bb + 8 * i), (long long)load64(ba + 8 * i));
+    for (int i = 0; i < 8; i++) {
+        v[i] = _mm_set_epi64x((long long)hb[i], (long long)ha[i]);
+        v[i + 8] = _mm_set1_epi64x((long long)IV[i]);
+    }
+    v[12] = _mm_xor_si128(v[12], _mm_set_epi64x((long long)tb, (long long)ta));
+    v[14] = _mm_xor_si128(v[14], _mm_set_epi64x(lb ? -1LL : 0, la ? -1LL : 0));
+    ROUND2(0); ROUND2(1); ROUND2(2); ROUND2(3); ROUND2(4); ROUND2(5);
+    ROUND2(6); ROUND2(7); ROUND2(8); ROUND2(9); ROUND2(10); ROUND2(11);
+    uint64_t out[2];
+    for (int i = 0; i < 8; i++) {
+        _mm_storeu_si128((__m128i *)out, _mm_xor_si128(v[i], v[i + 8]));
+        ha[i] ^= out[0];
+        hb[i] ^= out[1];
+    }
+    ha[0] ^= fault_mask;
+    hb[0] ^= fault_mask ^ lane_fault_mask;
+}
+#else
+#define CHASH_LANES 0
+static const int lanes_on = 0; /* no vector path: chain_pair hashes one chain after the other */
+#endif
+
 /* RFC 7693 3.3: unkeyed BLAKE2b of len bytes into h (digest = h's first outlen LE bytes).
  * Every block but the last is compressed with last = 0; the last (zero-padded; an empty
  * message is one zero block) with t = len and last = 1. */
@@ -204,47 +284,144 @@ static uint8_t *pack_tokens(PyObject *tokens, Py_ssize_t start, Py_ssize_t count
     return raw;
 }
 
+/* One chain being hashed: the message buffer of its current chunk and where in it the next
+ * compression starts. chain_init sets it up (validating the fields), chain_block hands out the
+ * next block, chain_done takes the digest of a finished message (the key, then the next chunk's
+ * message). Both paths below, one chain at a time (scalar) or two in the lanes of one vector,
+ * step through the same blocks with the same counters. */
+typedef struct {
+    const uint8_t *raw;
+    uint8_t *msg;
+    size_t width, len, off;
+    Py_ssize_t chunks, c;
+    unsigned long long parent;
+    PyObject *keys;
+    uint64_t h[8];
+    uint8_t last[128]; /* the zero-padded last block of the current message */
+} chain_state;
+
+static void chain_free(chain_state *s) {
+    PyMem_Free(s->msg);
+    s->msg = NULL;
+    Py_CLEAR(s->keys);
+}
+
+static inline void chain_start_message(chain_state *s) {
+    store64(s->msg + 1, (uint64_t)s->parent);
+    memcpy(s->msg + 13, s->raw + (size_t)s->c * s->width, s->width);
+    for (int i = 0; i < 8; i++) s->h[i] = IV[i];
+    s->h[0] ^= 0x01010000ULL ^ 8ULL; /* RFC 7693 parameter block: 8-byte digest, no key */
+    s->off = 0;
+}
+
+/* 0 on success (s->keys a new list of `chunks` slots; chain_free releases it), -1 with an
+ * exception set. */
+static int chain_init(chain_state *s, int kind, const uint8_t *raw, Py_ssize_t grid,
+                      Py_ssize_t chunks, const Py_buffer *tail, unsigned long long parent) {
+    s->msg = NULL;
+    s->keys = NULL;
+    if (kind < 0 || kind > 255 || grid < 1 || grid > (Py_ssize_t)UINT32_MAX || chunks < 0 ||
+        grid > (PY_SSIZE_T_MAX - 13 - tail->len) / 8) {
+        PyErr_SetString(PyExc_ValueError, "kind, grid or chunks out of range");
+        return -1;
+    }
+    s->keys = PyList_New(chunks);
+    if (s->keys == NULL) return -1;
+    s->raw = raw;
+    s->chunks = chunks;
+    s->c = 0;
+    s->parent = parent;
+    if (chunks == 0) return 0; /* no message buffer for a grid longer than tokens */
+    s->width = 8 * (size_t)grid;
+    s->len = 13 + s->width + (size_t)tail->len;
+    s->msg = PyMem_Malloc(s->len);
+    if (s->msg == NULL) {
+        Py_CLEAR(s->keys);
+        PyErr_NoMemory();
+        return -1;
+    }
+    s->msg[0] = (uint8_t)kind;
+    for (int i = 0; i < 4; i++) s->msg[9 + i] = (uint8_t)((uint64_t)grid >> (8 * i));
+    memcpy(s->msg + 13 + s->width, tail->buf, (size_t)tail->len);
+    chain_start_message(s);
+    return 0;
+}
+
+/* The next block of the current message (RFC 7693 3.3, as blake2b_words): *t = bytes so far,
+ * *last = whether it is the message's last block (zero-padded). */
+static inline const uint8_t *chain_block(chain_state *s, uint64_t *t, int *last) {
+    if (s->len - s->off > 128) {
+        const uint8_t *b = s->msg + s->off;
+        s->off += 128;
+        *t = (uint64_t)s->off;
+        *last = 0;
+        return b;
+    }
+    memset(s->last, 0, sizeof s->last);
+    memcpy(s->last, s->msg + s->off, s->len - s->off);
+    *t = (uint64_t)s->len;
+    *last = 1;
+    return s->last;
+}
+
+/* After the last block: the key (digest bytes = h[0] little-endian, read big-endian; 0 becomes
+ * 1) into the list, and the next chunk's message. 0 = more chunks, 1 = chain finished, -1 =
+ * error (exception set). */
+static inline int chain_done(chain_state *s) {
+    uint64_t key = 0;
+    for (int i = 0; i < 8; i++) key = key << 8 | ((s->h[0] >> (8 * i)) & 0xFF);
+    if (key == 0) key = 1;
+    PyObject *k = PyLong_FromUnsignedLongLong(key);
+    if (k == NULL) return -1;
+    PyList_SET_ITEM(s->keys, s->c, k);
+    s->parent = key;
+    if (++s->c == s->chunks) return 1;
+    chain_start_message(s);
+    return 0;
+}
+
+/* The rest of one chain, one compression at a time (the definition). 0 or -1. */
+static int chain_run(chain_state *s) {
+    while (s->c < s->chunks) {
+        uint64_t t;
+        int last;
+        const uint8_t *b = chain_block(s, &t, &last);
+        compress(s->h, b, t, last);
+        if (last && chain_done(s) < 0) return -1;
+    }
+    return 0;
+}
+
+#if CHASH_LANES
+/* Two chains at once: while both have blocks left, one compress2 per pair of blocks (each
+ * lane exactly compress's arithmetic), then each chain's rest one at a time. */
+static int chain_run_two(chain_state *a, chain_state *b) {
+    while (a->c < a->chunks && b->c < b->chunks) {
+        uint64_t ta, tb;
+        int la, lb;
+        const uint8_t *ba = chain_block(a, &ta, &la), *bb = chain_block(b, &tb, &lb);
+        compress2(a->h, ba, ta, la, b->h, bb, tb, lb);
+        if (la && chain_done(a) < 0) return -1;
+        if (lb && chain_done(b) < 0) return -1;
+    }
+    if (chain_run(a) < 0) return -1;
+    return chain_run(b);
+}
+#endif
+
 /* The keys of `chunks` grid-token chunks of the packed tokens raw, chained from parent, as a
  * new list (NULL with an exception set). */
 static PyObject *chain_packed(int kind, const uint8_t *raw, Py_ssize_t grid, Py_ssize_t chunks,
                               const Py_buffer *tail, unsigned long long parent) {
-    if (kind < 0 || kind > 255 || grid < 1 || grid > (Py_ssize_t)UINT32_MAX || chunks < 0 ||
-        grid > (PY_SSIZE_T_MAX - 13 - tail->len) / 8) {
-        PyErr_SetString(PyExc_ValueError, "kind, grid or chunks out of range");
-        return NULL;
+    chain_state s;
+    if (chain_init(&s, kind, raw, grid, chunks, tail, parent) < 0) return NULL;
+    PyObject *keys = NULL;
+    if (chain_run(&s) == 0) {
+        keys = s.keys;
+        s.keys = NULL;
     }
-    if (chunks == 0) return PyList_New(0); /* no message buffer for a grid longer than tokens */
-    size_t width = 8 * (size_t)grid, len = 13 + width + (size_t)tail->len;
-    uint8_t *msg = PyMem_Malloc(len);
-    if (msg == NULL) return PyErr_NoMemory();
-    PyObject *result = PyList_New(chunks);
-    if (result == NULL) {
-        PyMem_Free(msg);
-        return NULL;
-    }
-    msg[0] = (uint8_t)kind;
-    for (int i = 0; i < 4; i++) msg[9 + i] = (uint8_t)((uint64_t)grid >> (8 * i));
-    memcpy(msg + 13 + width, tail->buf, (size_t)tail->len);
-    for (Py_ssize_t c = 0; c < chunks; c++) {
-        store64(msg + 1, (uint64_t)parent);
-        memcpy(msg + 13, raw + (size_t)c * width, width);
-        uint64_t h[8];
-        blake2b_words(h, msg, len, 8);
-        /* digest bytes = h[0] little-endian; the key reads them big-endian */
-        uint64_t key = 0;
-        for (int i = 0; i < 8; i++) key = key << 8 | ((h[0] >> (8 * i)) & 0xFF);
-        if (key == 0) key = 1;
-        PyObject *k = PyLong_FromUnsignedLongLong(key);
-        if (k == NULL) {
-            Py_DECREF(result);
-            PyMem_Free(msg);
-            return NULL;
-        }
-        PyList_SET_ITEM(result, c, k);
-        parent = key;
-    }
-    PyMem_Free(msg);
-    return result;
+    chain_free(&s);
+    return keys;
 }
 
 static PyObject *py_chain(PyObject *self, PyObject *args) {
@@ -274,7 +451,7 @@ done:
  * from 0 over the same tokens, converted once: (keys_a, keys_b). */
 static PyObject *py_chain_pair(PyObject *self, PyObject *args) {
     int ka, kb;
-    PyObject *tokens, *a = NULL, *b = NULL, *result = NULL;
+    PyObject *tokens, *result = NULL;
     Py_ssize_t ga, ca, gb, cb;
     Py_buffer tail;
     if (!PyArg_ParseTuple(args, "Oinninny*", &tokens, &ka, &ga, &ca, &kb, &gb, &cb, &tail))
@@ -287,12 +464,22 @@ static PyObject *py_chain_pair(PyObject *self, PyObject *args) {
     Py_ssize_t used = ga * ca > gb * cb ? ga * ca : gb * cb;
     uint8_t *raw = pack_tokens(tokens, 0, used);
     if (raw == NULL) goto done;
-    a = chain_packed(ka, raw, ga, ca, &tail, 0);
-    if (a != NULL) b = chain_packed(kb, raw, gb, cb, &tail, 0);
+    chain_state sa, sb;
+    if (chain_init(&sa, ka, raw, ga, ca, &tail, 0) == 0) {
+        if (chain_init(&sb, kb, raw, gb, cb, &tail, 0) == 0) {
+            int rc;
+#if CHASH_LANES
+            if (lanes_on)
+                rc = chain_run_two(&sa, &sb);
+            else
+#endif
+                rc = chain_run(&sa) < 0 ? -1 : chain_run(&sb);
+            if (rc == 0) result = PyTuple_Pack(2, sa.keys, sb.keys);
+            chain_free(&sb);
+        }
+        chain_free(&sa);
+    }
     PyMem_Free(raw);
-    if (b != NULL) result = PyTuple_Pack(2, a, b);
-    Py_XDECREF(a);
-    Py_XDECREF(b);
 done:
     PyBuffer_Release(&tail);
     return result;
@@ -305,6 +492,28 @@ static PyObject *py_set_fault(PyObject *self, PyObject *arg) {
     Py_RETURN_NONE;
 }
 
+/* _set_lanes(on) -> whether chain_pair now uses compress2: tests compare both paths (on is
+ * refused, returning False, where the CPU or the build has no lanes). */
+static PyObject *py_set_lanes(PyObject *self, PyObject *arg) {
+    int on = PyObject_IsTrue(arg);
+    if (on < 0) return NULL;
+#if CHASH_LANES
+    lanes_on = on && __builtin_cpu_supports("avx2") != 0;
+    return PyBool_FromLong(lanes_on);
+#else
+    Py_RETURN_FALSE;
+#endif
+}
+
+static PyObject *py_set_lane_fault(PyObject *self, PyObject *arg) {
+    unsigned long long mask = PyLong_AsUnsignedLongLong(arg);
+    if (mask == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
+#if CHASH_LANES
+    lane_fault_mask = mask;
+#endif
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"chain", py_chain, METH_VARARGS,
      "chain(kind, tokens, start, grid, chunks, tail, parent) -> list of chained keys"},
@@ -312,6 +521,9 @@ static PyMethodDef methods[] = {
      "chain_pair(tokens, kind_a, grid_a, chunks_a, kind_b, grid_b, chunks_b, tail) -> (a, b)"},
     {"blake2b", py_blake2b, METH_VARARGS, "blake2b(data, digest_size) -> digest bytes"},
     {"_set_fault", py_set_fault, METH_O, "tests only: XOR a mask into every compression"},
+    {"_set_lanes", py_set_lanes, METH_O, "tests only: chain_pair's two lanes on/off -> on"},
+    {"_set_lane_fault", py_set_lane_fault, METH_O,
+     "tests only: XOR a mask into the second lane of every two-lane compression"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -324,7 +536,12 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC PyInit__chash(void) {
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
-    if (PyModule_AddIntConstant(m, "API_VERSION", CHASH_API_VERSION) < 0) {
+#if CHASH_LANES
+    __builtin_cpu_init();
+    lanes_on = __builtin_cpu_supports("avx2") != 0;
+#endif
+    if (PyModule_AddIntConstant(m, "API_VERSION", CHASH_API_VERSION) < 0 ||
+        PyModule_AddIntConstant(m, "LANES", lanes_on) < 0) {
         Py_DECREF(m);
         return NULL;
     }

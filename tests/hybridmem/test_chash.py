@@ -124,6 +124,69 @@ def test_negative_control_one_bit_fault_in_compression_changes_every_key(python_
     assert chain(int(A), tokens, 0, 16, 256, tail, 0) == want  # fault removed
 
 
+@pytest.fixture
+def lanes():
+    """chain_pair's two-lane path (compress2) switchable; skipped where the CPU has none; the
+    import-time setting restored after."""
+    initial = bool(chash.LANES)
+    if not chash._set_lanes(True):
+        pytest.skip("no two-lane compression here (needs x86-64 with AVX2)")
+    yield chash._set_lanes
+    chash._set_lanes(initial)
+    chash._set_lane_fault(0)
+
+
+def _pair_cases(rng):
+    """Random chain pairs whose messages end at every offset in their last block and whose
+    chains end in either order: one-block messages (grids 1-14), two-block ones (15-30), the
+    benchmark's 16 / 1,792, and long ones."""
+    tails = [hashing._encode_extra(()), hashing._encode_extra(tuple(extra_keys("z"))),
+             hashing._encode_extra(("x" * 200,))]
+    for _ in range(150):
+        ga = rng.choice([*range(1, 31), 16, 16, 64, 512])
+        gb = rng.choice([*range(1, 31), 1792, 1792, 200, 513])
+        n = rng.randrange(0, 6000)
+        tokens = [rng.randrange(-2**63, 2**63) for _ in range(n)]
+        yield (tokens, rng.randrange(256), ga, n // ga, rng.randrange(256), gb, n // gb,
+               rng.choice(tails))
+
+
+def test_two_lanes_give_the_one_at_a_time_keys(lanes):
+    cases = list(_pair_cases(random.Random(20261202)))
+    assert chash.LANES in (0, 1)
+    two = [chash.chain_pair(*c) for c in cases]
+    assert sum(len(a) + len(b) for a, b in two) > 50_000  # not vacuous
+    lanes(False)
+    assert [chash.chain_pair(*c) for c in cases] == two
+    for (tokens, ka, ga, ca, kb, gb, cb, tail), (a, b) in zip(cases, two, strict=True):
+        assert (chash.chain(ka, tokens, 0, ga, ca, tail, 0),
+                chash.chain(kb, tokens, 0, gb, cb, tail, 0)) == (a, b)  # single chains
+    # D0's chains (16 and 1,792 tokens) against the per-chunk hashlib encoding
+    rng = random.Random(3)
+    tokens = [rng.randrange(0, 50_000) for _ in range(5000)]
+    lanes(True)
+    assert hash_chain_pair(tokens, 16, 1792, extra_keys("s")) == (
+        _reference_chain(A, tokens, 16, extra_keys("s")),
+        _reference_chain(R, tokens, 1792, extra_keys("s")))
+
+
+def test_negative_control_a_fault_in_the_second_lane_changes_the_second_chain(lanes):
+    rng = random.Random(11)
+    tokens = [rng.randrange(0, 50_000) for _ in range(4000)]
+    tail = hashing._encode_extra(())
+    args = (tokens, int(A), 16, 250, int(R), 1792, 2, tail)
+    want = chash.chain_pair(*args)
+    chash._set_lane_fault(1 << 40)
+    try:
+        faulty = chash.chain_pair(*args)
+        lanes(False)
+        unaffected = chash.chain_pair(*args)  # one at a time: compress2 does not run
+    finally:
+        chash._set_lane_fault(0)
+    assert faulty[0] == want[0] and unaffected == want
+    assert len(faulty[1]) == 2 and all(f != w for f, w in zip(faulty[1], want[1], strict=True))
+
+
 @pytest.mark.parametrize("tokens", [
     array("q", range(100)), [True, False] * 50, [A, R] * 8, range(40),  # not list/tuple of int
 ])
@@ -166,7 +229,7 @@ def test_load_compiled_reasons(monkeypatch):
     stale.API_VERSION = 0  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "hybridmem._stale_chash", stale)
     fn, why = hashing.load_compiled("hybridmem._stale_chash")
-    assert fn is None and "stale build (API 0, expected 2)" in why
+    assert fn is None and f"stale build (API 0, expected {hashing._CHASH_API})" in why
 
 
 @pytest.mark.parametrize("how", ["env", "missing"])
