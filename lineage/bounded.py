@@ -11,7 +11,9 @@ range by episode range (lineage/episode_ranges.py).
     per part k:  supply file k + chain file k --probe_table-->
                      settled positions   --> validity range files (split by episode range)
                      unsettled positions --> _chain_probe (a small TEMP table, ~1%)
-    once:        SELECT * FROM _chain_rest (its SQL) --> validity range files, and kept whole
+                     the supply rows of the unsettled positions' entries --> _chain_rest__supply
+    once:        SELECT * FROM _chain_rest (its SQL, _chain_rest__supply standing for _supply)
+                     --> validity range files, and kept whole
     _chain_validity stays its SQL view (no later view reads it whole)
     _episode_depths, _window_flips, _boundaries: lineage/episode_ranges.py
 
@@ -28,6 +30,8 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import duckdb
@@ -51,6 +55,8 @@ from lineage.probe import EntryArrays, chain_positions, entry_arrays, probe_tabl
 from lineage.supply import number_supply
 
 NAMES = ("_supply", "_chain_probe", "_chain_validity")
+# one-row facts about the whole _supply, gathered in its partition loop
+FACT_NAMES = ("_supply_ordered",)
 # computed before them by their own SQL without the chains in the aggregate (bounded_entries.py)
 ENTRY_NAMES = ("_entries",)
 # computed episode range by episode range after them (lineage/episode_ranges.py)
@@ -67,6 +73,9 @@ _CHAIN_TYPES = {"row": np.int64, "is_rec": bool, "pos": np.int64, "hash": np.uin
 # tests set this to check that a lost partition changes the answer (negative control): the
 # last key partition's chain positions are then skipped
 _FAULT_DROP_LAST_PART = False
+# likewise: the last key partition's unsettled entries' supply rows are not gathered for
+# _chain_rest
+_FAULT_REST_LAST_PART = False
 
 
 class Bounded:
@@ -84,6 +93,8 @@ class Bounded:
         self._probed = False
         self._ranges: EpisodeRanges | None = None
         self._validity_done = False
+        self._ordered: bool | None = None
+        self._rest_supply = False
 
     def materialize(self, con: duckdb.DuckDBPyConnection, name: str, stmts: list) -> bool:
         """Put the view's rows in place (True), or leave it to the SQL (False)."""
@@ -92,6 +103,8 @@ class Bounded:
                 return materialize_entries(con, stmts)
             if name == "_supply":
                 return self._supply_rows(con, stmts)
+            if name == "_supply_ordered":
+                return self._supply_ordered(con, stmts)
             if name == "_chain_probe":
                 return self._probe(con, stmts)
             if name == "_chain_validity":
@@ -122,6 +135,7 @@ class Bounded:
         if split is None:
             return False
         out = Batched(con, "_supply__rows")
+        ordered = True
         for k in range(self.parts):
             rows = split.read(k)
             if rows is None:
@@ -130,12 +144,24 @@ class Bounded:
             if numbered is None:
                 out.drop()
                 return False
+            ordered = ordered and in_step_order(numbered)
             out.add(numbered)
         out.flush()
         if not out.created:  # no supply rows at all
             return False
         swap(con, "_supply", stmts)
         self._supply = split
+        self._ordered = ordered
+        return True
+
+    def _supply_ordered(self, con: duckdb.DuckDBPyConnection, stmts: list) -> bool:
+        """The view's one row from the facts the ``_supply`` loop gathered (no scan of the
+        spilled ``_supply``)."""
+        if self._ordered is None:
+            return False
+        con.execute("CREATE TEMP TABLE _supply_ordered__rows AS SELECT CAST(? AS BOOLEAN) "
+                    "AS ordered", [self._ordered])
+        swap(con, "_supply_ordered", stmts)
         return True
 
     def _chain_split(self, con: duckdb.DuckDBPyConnection, ga: int, gr: int
@@ -197,15 +223,18 @@ class Bounded:
                 con.execute(f"DROP TABLE {t}")
 
         last = self.parts - 1 if _FAULT_DROP_LAST_PART else self.parts
+        rest_sup = Batched(con, "_chain_rest__supply")
         for k in range(last):
             ct = chains.read(k)
             if ct is None:
                 continue
             c = {n: as_numpy(ct[n], _CHAIN_TYPES[n]) for n in _CHAIN_TYPES}
             c["end"] = (c["pos"] + 1) * np.where(c["is_rec"], gr, ga)
-            sup = self._supply.read(k, _SUP_COLS)
-            p = probe_table(sup if sup is not None else empty_sup, ent, c, bool(ordered))
+            full = self._supply.read(k)
+            sup = full.select(_SUP_COLS) if full is not None else empty_sup
+            p = probe_table(sup, ent, c, bool(ordered))
             if p is None:
+                rest_sup.drop()
                 drop()
                 return False
             settled = p["settled"]
@@ -214,6 +243,13 @@ class Bounded:
             ranges.write_validity(pa.table(validity_columns(done)))
             insert_rows(con, "_chain_probe__rest", rest, not created)
             created = ["_chain_probe__rest"]
+            if full is not None and rest.num_rows and not (_FAULT_REST_LAST_PART
+                                                           and k == last - 1):
+                gathered = rest_supply(full, rest)
+                if gathered is not None:
+                    rest_sup.add(gathered)
+        rest_sup.flush()
+        self._rest_supply = rest_sup.created
         chains.remove()
         self._supply.remove()
         if not created:
@@ -225,13 +261,38 @@ class Bounded:
         self._probed = True
         return True
 
+    @contextmanager
+    def _rest_supply_as_supply(self, con: duckdb.DuckDBPyConnection) -> Iterator[None]:
+        """``_supply`` is the unsettled positions' entries' supply rows meanwhile (every row of
+        each such entry: what ``_chain_rest`` and ``_window_flips`` read of it)."""
+        con.execute("ALTER TABLE _supply RENAME TO _supply__all")
+        try:
+            if self._rest_supply:
+                con.execute("ALTER TABLE _chain_rest__supply RENAME TO _supply")
+            else:
+                con.execute("CREATE TEMP TABLE _supply AS SELECT * FROM _supply__all LIMIT 0")
+            yield
+        finally:
+            if self._rest_supply:
+                con.execute("ALTER TABLE _supply RENAME TO _chain_rest__supply")
+            else:
+                con.execute("DROP TABLE _supply")
+            con.execute("ALTER TABLE _supply__all RENAME TO _supply")
+
+    def _drop_rest_supply(self, con: duckdb.DuckDBPyConnection) -> None:
+        if self._rest_supply:
+            con.execute("DROP TABLE _chain_rest__supply")
+            self._rest_supply = False
+
     def _validity(self, con: duckdb.DuckDBPyConnection, stmts: list) -> bool:
         if not self._probed:
             return False
         ranges = self._ranges
         assert ranges is not None
-        # _chain_rest reads _chain_probe: here only the unsettled positions, all it needs
-        rest = con.sql("SELECT * FROM _chain_rest").to_arrow_table()
+        # _chain_rest reads _chain_probe: here only the unsettled positions, all it needs; and
+        # _supply: here only their entries' rows (a scan of the spilled _supply spared)
+        with self._rest_supply_as_supply(con):
+            rest = con.sql("SELECT * FROM _chain_rest").to_arrow_table()
         con.execute("DROP TABLE _chain_probe")
         con.execute("ALTER VIEW _chain_probe__sql RENAME TO _chain_probe")
         ranges.write_validity(rest)
@@ -274,7 +335,9 @@ class Bounded:
         if name == "_window_flips":
             rest = ranges.rest
             assert rest is not None
-            by_range(con, name, stmts, {"_chain_validity": lambda r: rest}, [0])
+            with self._rest_supply_as_supply(con):
+                by_range(con, name, stmts, {"_chain_validity": lambda r: rest}, [0])
+            self._drop_rest_supply(con)
             return True
         if name == "_episode_depths":  # False where NumPy steps aside: the view's SQL, whole
             return self._depths_in_numpy(con, stmts, validity, entries)
@@ -295,3 +358,25 @@ class Bounded:
         if name == RANGE_NAMES[-1]:
             self.close()
         return True
+
+
+def in_step_order(numbered: pa.Table) -> bool:
+    """``_supply_ordered``'s fact over these numbered rows (every row of each entry they hold):
+    ``bool_and(step >= prev_step)`` (NULLs ignored) and no NULL step."""
+    if numbered["step"].null_count:
+        return False
+    prev = numbered["prev_step"]
+    has_prev = as_numpy(pc.is_valid(prev), bool)
+    step = as_numpy(numbered["step"], np.int64)[has_prev]
+    return bool(np.all(step >= as_numpy(prev, np.int64)[has_prev]))
+
+
+def rest_supply(sup: pa.Table, rest: pa.Table) -> pa.Table | None:
+    """``_supply``'s rows for the unsettled positions ``rest`` of one key partition (``sup``:
+    its ``_supply_rows``): every row of each entry sharing a hash with one of them, numbered as
+    ``_supply`` numbers them (every row of an entry is here, so ``sup_no`` and the neighbours
+    are the same). ``_chain_rest`` and ``_window_flips`` read only those entries' rows (they
+    join on ``(is_rec, hash)``, so an entry of the other kind is harmless). None: none, or the
+    numbering stepped aside."""
+    mine = sup.filter(pc.is_in(sup["hash"], value_set=pc.unique(rest["hash"])))
+    return number_supply(mine) if mine.num_rows else None
