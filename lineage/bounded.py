@@ -57,6 +57,8 @@ from lineage.supply import number_supply
 NAMES = ("_supply", "_chain_probe", "_chain_validity")
 # one-row facts about the whole _supply, gathered in its partition loop
 FACT_NAMES = ("_supply_ordered",)
+# computed by their SQL over the supply rows they read, gathered from the supply part files
+GATHERED_NAMES = ("depth_changes",)
 # computed before them by their own SQL without the chains in the aggregate (bounded_entries.py)
 ENTRY_NAMES = ("_entries",)
 # computed episode range by episode range after them (lineage/episode_ranges.py)
@@ -76,6 +78,9 @@ _FAULT_DROP_LAST_PART = False
 # likewise: the last key partition's unsettled entries' supply rows are not gathered for
 # _chain_rest
 _FAULT_REST_LAST_PART = False
+# likewise: depth_changes' supply rows at the window flips' seqs numbered without the other
+# rows of their entries
+_FAULT_SEQ_SUPPLY_ALONE = False
 
 
 class Bounded:
@@ -95,6 +100,7 @@ class Bounded:
         self._validity_done = False
         self._ordered: bool | None = None
         self._rest_supply = False
+        self._seq_supply: bool | None = None  # None: not gathered
 
     def materialize(self, con: duckdb.DuckDBPyConnection, name: str, stmts: list) -> bool:
         """Put the view's rows in place (True), or leave it to the SQL (False)."""
@@ -111,6 +117,8 @@ class Bounded:
                 return self._validity(con, stmts)
             if name in RANGE_NAMES:
                 return self._by_range(con, name, stmts)
+            if name == "depth_changes":
+                return self._depth_changes(con, stmts)
         return False
 
     def close(self) -> None:
@@ -250,8 +258,7 @@ class Bounded:
                     rest_sup.add(gathered)
         rest_sup.flush()
         self._rest_supply = rest_sup.created
-        chains.remove()
-        self._supply.remove()
+        chains.remove()  # the supply files stay until _window_flips (_gather_seq_supply)
         if not created:
             return False
         for st in stmts[1:]:  # the view's comments; the view is set aside until _chain_validity
@@ -305,6 +312,60 @@ class Bounded:
         self._validity_done = True
         return True
 
+    def _gather_seq_supply(self, con: duckdb.DuckDBPyConnection) -> None:
+        """``_supply``'s rows at the seqs of ``_window_flips`` (every row at each such seq,
+        numbered: the rows of their entries are numbered again) into ``_depth_changes__supply``:
+        ``depth_changes`` joins ``_flips`` to its J changes on seq only, and a J change is at a
+        window flip's seq, so it reads no other supply rows. Read from the supply part files
+        (then deleted) instead of a scan of the spilled ``_supply``."""
+        split, self._supply = self._supply, None
+        if split is None:
+            return
+        seqs = np.unique(as_numpy(con.sql("SELECT DISTINCT seq FROM _window_flips")
+                                  .to_arrow_table()["seq"], np.int64))
+        out = Batched(con, "_depth_changes__supply")
+        for k in range(self.parts if len(seqs) else 0):
+            full = split.read(k)
+            if full is None:
+                continue
+            seq = as_numpy(full["seq"], np.int64)
+            at = np.minimum(np.searchsorted(seqs, seq), len(seqs) - 1)
+            hit = seqs[at] == seq
+            if not hit.any():
+                continue
+            keys = pc.unique(pc.filter(full["hash"], pa.array(hit)))
+            mine = full.filter(pa.array(hit) if _FAULT_SEQ_SUPPLY_ALONE
+                               else pc.is_in(full["hash"], value_set=keys))
+            numbered = number_supply(mine)
+            if numbered is None:  # cannot be: the whole partition was numbered
+                out.drop()
+                split.remove()
+                return
+            nseq = as_numpy(numbered["seq"], np.int64)
+            at = np.minimum(np.searchsorted(seqs, nseq), len(seqs) - 1)
+            out.add(numbered.filter(pa.array(seqs[at] == nseq)))
+        out.flush()
+        split.remove()
+        self._seq_supply = out.created
+
+    def _depth_changes(self, con: duckdb.DuckDBPyConnection, stmts: list) -> bool:
+        """The view's SQL with ``_depth_changes__supply`` standing for ``_supply``."""
+        if self._seq_supply is None:
+            return False
+        con.execute("ALTER TABLE _supply RENAME TO _supply__all")
+        try:
+            if self._seq_supply:
+                con.execute("ALTER TABLE _depth_changes__supply RENAME TO _supply")
+            else:
+                con.execute("CREATE TEMP TABLE _supply AS SELECT * FROM _supply__all LIMIT 0")
+            con.execute("CREATE TEMP TABLE depth_changes__rows AS SELECT * FROM depth_changes")
+        finally:
+            con.execute("DROP TABLE _supply")
+            con.execute("ALTER TABLE _supply__all RENAME TO _supply")
+            self._seq_supply = None
+        swap(con, "depth_changes", stmts)
+        return True
+
     def _depths_in_numpy(self, con: duckdb.DuckDBPyConnection, stmts: list, validity: Source,
                          entries: Source) -> bool:
         """``_episode_depths`` range by range by ``episode_ranges.episode_depths`` (False: it
@@ -338,6 +399,7 @@ class Bounded:
             with self._rest_supply_as_supply(con):
                 by_range(con, name, stmts, {"_chain_validity": lambda r: rest}, [0])
             self._drop_rest_supply(con)
+            self._gather_seq_supply(con)
             return True
         if name == "_episode_depths":  # False where NumPy steps aside: the view's SQL, whole
             return self._depths_in_numpy(con, stmts, validity, entries)

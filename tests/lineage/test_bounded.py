@@ -24,7 +24,7 @@ COMPARED = PUBLIC + ("_entries", "_supply", "_supply_ordered", "_chain_validity"
 
 
 ALL_BOUNDED = set(bounded.ENTRY_NAMES + bounded.NAMES + bounded.FACT_NAMES
-                  + bounded.RANGE_NAMES)
+                  + bounded.RANGE_NAMES + bounded.GATHERED_NAMES)
 # _chain_validity's rows as the range views read them (written by the bounded path)
 VALIDITY = "_chain_validity (range files)"
 
@@ -159,6 +159,24 @@ def test_rest_supply_of_a_lost_partition_changes_the_rows(tmp_path, monkeypatch)
     assert bad[VALIDITY] != want[VALIDITY]
     assert bad["_window_flips"] != want["_window_flips"]
     assert bad["_boundary_transitions"] != want["_boundary_transitions"]
+
+
+def test_depth_changes_from_the_gathered_supply(tmp_path, monkeypatch):
+    """depth_changes reads only the supply rows gathered at the window flips' seqs (D0: the
+    small traces above have no J change); negative control: those rows numbered without the
+    other rows of their entries (sup_no and is_flip then wrong) change it."""
+    table = TABLES["D0"]()
+    want = parquet_answers(table, tmp_path, accelerate=False)
+    used: set[str] = set()
+    got = parquet_answers(table, tmp_path, accelerate=True, parts=2, used=used)
+    assert used == ALL_BOUNDED
+    assert want["depth_changes"], "the trace should move some episode's J"
+    for view in ("depth_changes", "loss_causes", "episode_lineage", VALIDITY):
+        assert got[view] == want[view], f"{view}: bounded and SQL rows differ"
+    monkeypatch.setattr(bounded, "_FAULT_SEQ_SUPPLY_ALONE", True)
+    bad = parquet_answers(table, tmp_path, accelerate=True, parts=2)
+    assert bad[VALIDITY] == want[VALIDITY]
+    assert bad["depth_changes"] != want["depth_changes"]
 
 
 def test_a_lost_episode_range_changes_the_rows(tmp_path, monkeypatch):
