@@ -58,7 +58,9 @@ NAMES = ("_supply", "_chain_probe", "_chain_validity")
 # one-row facts about the whole _supply, gathered in its partition loop
 FACT_NAMES = ("_supply_ordered",)
 # computed by their SQL over the supply rows they read, gathered from the supply part files
-GATHERED_NAMES = ("depth_changes",)
+GATHERED_NAMES = ("depth_changes", "loss_causes")
+# of them, the ones views.HEAVY does not materialize: connect_parquet adds them on this path
+EXTRA_NAMES = ("loss_causes",)
 # computed before them by their own SQL without the chains in the aggregate (bounded_entries.py)
 ENTRY_NAMES = ("_entries",)
 # computed episode range by episode range after them (lineage/episode_ranges.py)
@@ -81,12 +83,17 @@ _FAULT_REST_LAST_PART = False
 # likewise: depth_changes' supply rows at the window flips' seqs numbered without the other
 # rows of their entries
 _FAULT_SEQ_SUPPLY_ALONE = False
+# depth_changes' supply rows from _chain_rest__supply where they all are there; tests turn it
+# off to run the numbering from the part files
+_TRY_REST_ROWS = True
 
 
 class Bounded:
     """The three views computed key partition by key partition (``parts``), scratch files under
     ``temp_directory``. ``create_views`` calls :meth:`materialize` at each materialized view and
     :meth:`close` at the end."""
+
+    EXTRA_NAMES = EXTRA_NAMES
 
     def __init__(self, parts: int, temp_directory: str) -> None:
         if not 1 <= parts <= 4096:
@@ -101,6 +108,8 @@ class Bounded:
         self._ordered: bool | None = None
         self._rest_supply = False
         self._seq_supply: bool | None = None  # None: not gathered
+        self._losses: pa.Table | None = None  # loss_causes' counts per (cause, is_rec)
+        self.seq_source = ""  # where depth_changes' supply rows came from (tests read it)
 
     def materialize(self, con: duckdb.DuckDBPyConnection, name: str, stmts: list) -> bool:
         """Put the view's rows in place (True), or leave it to the SQL (False)."""
@@ -119,6 +128,8 @@ class Bounded:
                 return self._by_range(con, name, stmts)
             if name == "depth_changes":
                 return self._depth_changes(con, stmts)
+            if name == "loss_causes":
+                return self._loss_causes(con, stmts)
         return False
 
     def close(self) -> None:
@@ -144,6 +155,7 @@ class Bounded:
             return False
         out = Batched(con, "_supply__rows")
         ordered = True
+        losses: list[pa.Table] = []
         for k in range(self.parts):
             rows = split.read(k)
             if rows is None:
@@ -153,6 +165,7 @@ class Bounded:
                 out.drop()
                 return False
             ordered = ordered and in_step_order(numbered)
+            losses.append(loss_counts(numbered))
             out.add(numbered)
         out.flush()
         if not out.created:  # no supply rows at all
@@ -160,6 +173,7 @@ class Bounded:
         swap(con, "_supply", stmts)
         self._supply = split
         self._ordered = ordered
+        self._losses = sum_losses(pa.concat_tables(losses))
         return True
 
     def _supply_ordered(self, con: duckdb.DuckDBPyConnection, stmts: list) -> bool:
@@ -258,7 +272,7 @@ class Bounded:
                     rest_sup.add(gathered)
         rest_sup.flush()
         self._rest_supply = rest_sup.created
-        chains.remove()  # the supply files stay until _window_flips (_gather_seq_supply)
+        chains.remove()  # the supply files stay until depth_changes (_gather_seq_supply)
         if not created:
             return False
         for st in stmts[1:]:  # the view's comments; the view is set aside until _chain_validity
@@ -312,58 +326,136 @@ class Bounded:
         self._validity_done = True
         return True
 
-    def _gather_seq_supply(self, con: duckdb.DuckDBPyConnection) -> None:
-        """``_supply``'s rows at the seqs of ``_window_flips`` (every row at each such seq,
-        numbered: the rows of their entries are numbered again) into ``_depth_changes__supply``:
-        ``depth_changes`` joins ``_flips`` to its J changes on seq only, and a J change is at a
-        window flip's seq, so it reads no other supply rows. Read from the supply part files
-        (then deleted) instead of a scan of the spilled ``_supply``."""
-        split, self._supply = self._supply, None
-        if split is None:
-            return
-        seqs = np.unique(as_numpy(con.sql("SELECT DISTINCT seq FROM _window_flips")
-                                  .to_arrow_table()["seq"], np.int64))
-        out = Batched(con, "_depth_changes__supply")
-        for k in range(self.parts if len(seqs) else 0):
-            full = split.read(k)
-            if full is None:
+    @contextmanager
+    def _supply_standing(self, con: duckdb.DuckDBPyConnection, table: str | None,
+                         fill: str | None = None) -> Iterator[None]:
+        """``_supply`` is TEMP table ``table`` meanwhile (renamed back after), or with ``table``
+        None an empty copy filled by ``fill`` (an ``INSERT INTO _supply BY NAME`` query)."""
+        con.execute("ALTER TABLE _supply RENAME TO _supply__all")
+        try:
+            if table is not None:
+                con.execute(f"ALTER TABLE {table} RENAME TO _supply")
+            else:
+                con.execute("CREATE TEMP TABLE _supply AS SELECT * FROM _supply__all LIMIT 0")
+                if fill is not None:
+                    con.execute(f"INSERT INTO _supply BY NAME {fill}")
+            yield
+        finally:
+            if table is not None:
+                con.execute(f"ALTER TABLE _supply RENAME TO {table}")
+            else:
+                con.execute("DROP TABLE _supply")
+            con.execute("ALTER TABLE _supply__all RENAME TO _supply")
+
+    def _gather_seq_supply(self, con: duckdb.DuckDBPyConnection, seqs: np.ndarray) -> bool:
+        """``_supply``'s rows at ``seqs`` (sorted) into ``_depth_changes__supply`` (False:
+        none). Usually every one is a row of an unsettled position's entry, already numbered
+        in ``_chain_rest__supply``: taken from there when as many rows are there as the supply
+        part files hold at those seqs (their seq columns counted). Else each partition's rows
+        at ``seqs``, numbered with the other rows of their entries."""
+        split = self._supply
+        assert split is not None
+        hits = []
+        for k in range(self.parts):
+            full = split.read(k, ["seq"])
+            if full is None or not len(seqs):
+                hits.append(0)
                 continue
             seq = as_numpy(full["seq"], np.int64)
             at = np.minimum(np.searchsorted(seqs, seq), len(seqs) - 1)
-            hit = seqs[at] == seq
-            if not hit.any():
+            hits.append(int(np.count_nonzero(seqs[at] == seq)))
+        if not sum(hits):
+            return False
+        if self._rest_supply and _TRY_REST_ROWS:
+            con.register("_seqs", pa.table({"seq": seqs}))
+            con.execute("CREATE TEMP TABLE _depth_changes__supply AS SELECT s.* FROM "
+                        "_chain_rest__supply AS s SEMI JOIN _seqs AS q ON q.seq = s.seq")
+            con.unregister("_seqs")
+            ((n,),) = con.execute("SELECT count(*) FROM _depth_changes__supply").fetchall()
+            if n == sum(hits):
+                self.seq_source = "rest rows"
+                return True
+            con.execute("DROP TABLE _depth_changes__supply")
+        out = Batched(con, "_depth_changes__supply")
+        for k in range(self.parts):
+            if not hits[k]:
                 continue
+            full = split.read(k)
+            assert full is not None
+            seq = as_numpy(full["seq"], np.int64)
+            at = np.minimum(np.searchsorted(seqs, seq), len(seqs) - 1)
+            hit = seqs[at] == seq
             keys = pc.unique(pc.filter(full["hash"], pa.array(hit)))
             mine = full.filter(pa.array(hit) if _FAULT_SEQ_SUPPLY_ALONE
                                else pc.is_in(full["hash"], value_set=keys))
             numbered = number_supply(mine)
-            if numbered is None:  # cannot be: the whole partition was numbered
-                out.drop()
-                split.remove()
-                return
+            assert numbered is not None  # the whole partition was numbered
             nseq = as_numpy(numbered["seq"], np.int64)
             at = np.minimum(np.searchsorted(seqs, nseq), len(seqs) - 1)
             out.add(numbered.filter(pa.array(seqs[at] == nseq)))
         out.flush()
-        split.remove()
-        self._seq_supply = out.created
+        self.seq_source = "numbered again"
+        return out.created
 
     def _depth_changes(self, con: duckdb.DuckDBPyConnection, stmts: list) -> bool:
-        """The view's SQL with ``_depth_changes__supply`` standing for ``_supply``."""
-        if self._seq_supply is None:
+        """The view's SQL over only the supply rows it reads instead of a scan of the spilled
+        ``_supply``: it joins ``_flips`` to its J changes on seq alone, and a J change is at a
+        window flip's seq, so every supply row at those seqs (numbered) stands for
+        ``_supply``."""
+        if self._supply is None:
             return False
-        con.execute("ALTER TABLE _supply RENAME TO _supply__all")
         try:
-            if self._seq_supply:
-                con.execute("ALTER TABLE _depth_changes__supply RENAME TO _supply")
-            else:
-                con.execute("CREATE TEMP TABLE _supply AS SELECT * FROM _supply__all LIMIT 0")
-            con.execute("CREATE TEMP TABLE depth_changes__rows AS SELECT * FROM depth_changes")
+            seqs = con.sql("SELECT DISTINCT seq FROM _window_flips").to_arrow_table()
+            self._seq_supply = self._gather_seq_supply(
+                con, np.sort(as_numpy(seqs["seq"], np.int64)))
         finally:
-            con.execute("DROP TABLE _supply")
-            con.execute("ALTER TABLE _supply__all RENAME TO _supply")
-            self._seq_supply = None
+            self._drop_rest_supply(con)
+            self.close()
+            self._supply = None
+        table = "_depth_changes__supply" if self._seq_supply else None
+        with self._supply_standing(con, table):
+            con.execute("CREATE TEMP TABLE depth_changes__rows AS SELECT * FROM depth_changes")
         swap(con, "depth_changes", stmts)
+        return True
+
+    def _loss_causes(self, con: duckdb.DuckDBPyConnection, stmts: list) -> bool:
+        """The view's rows from the ``_supply`` loop's loss counts per (cause, is_rec) and, for
+        ``depth_decreasing_losses``, the loss rows at depth_changes' loss seqs among the rows
+        gathered at the window flips' seqs (every row at each such seq; a J change is at one)
+        instead of a scan of the spilled ``_supply``; as loss_causes.sql counts them."""
+        if self._seq_supply is None or self._losses is None:
+            return False
+        gathered = ("_depth_changes__supply" if self._seq_supply
+                    else "(SELECT * FROM _supply LIMIT 0)")
+        con.register("_loss_counts", self._losses)
+        try:
+            con.execute(f"""
+                CREATE TEMP TABLE loss_causes__rows AS
+                WITH dec AS (
+                    SELECT DISTINCT seq FROM depth_changes WHERE kind = 'loss'
+                ),
+                d AS (
+                    SELECT s.cause, s.is_rec, count(*) AS n
+                    FROM {gathered} AS s
+                    JOIN dec ON dec.seq = s.seq
+                    WHERE NOT s.is_pub
+                    GROUP BY s.cause, s.is_rec
+                )
+                SELECT
+                    c.cause,
+                    CASE WHEN c.is_rec THEN 'recurrent' ELSE 'attention' END AS state_kind,
+                    CAST(c.losses AS BIGINT) AS losses,
+                    CAST(c.effective_losses AS BIGINT) AS effective_losses,
+                    coalesce(d.n, 0) AS depth_decreasing_losses
+                FROM _loss_counts AS c
+                LEFT JOIN d ON d.cause IS NOT DISTINCT FROM c.cause AND d.is_rec = c.is_rec
+                WHERE c.losses > 0""")
+        finally:
+            con.unregister("_loss_counts")
+            if self._seq_supply:
+                con.execute("DROP TABLE _depth_changes__supply")
+            self._seq_supply = None
+        swap(con, "loss_causes", stmts)
         return True
 
     def _depths_in_numpy(self, con: duckdb.DuckDBPyConnection, stmts: list, validity: Source,
@@ -398,8 +490,6 @@ class Bounded:
             assert rest is not None
             with self._rest_supply_as_supply(con):
                 by_range(con, name, stmts, {"_chain_validity": lambda r: rest}, [0])
-            self._drop_rest_supply(con)
-            self._gather_seq_supply(con)
             return True
         if name == "_episode_depths":  # False where NumPy steps aside: the view's SQL, whole
             return self._depths_in_numpy(con, stmts, validity, entries)
@@ -417,7 +507,8 @@ class Bounded:
                   "_window_flips": ranges.by_episode(flips)}
         by_range(con, name, stmts, inputs,
                  ranges.ranges(ranges.index(moved).astype(np.int64).tolist()))
-        if name == RANGE_NAMES[-1]:
+        if self._supply is None:  # else they wait for depth_changes
+            self._drop_rest_supply(con)
             self.close()
         return True
 
@@ -442,3 +533,19 @@ def rest_supply(sup: pa.Table, rest: pa.Table) -> pa.Table | None:
     numbering stepped aside."""
     mine = sup.filter(pc.is_in(sup["hash"], value_set=pc.unique(rest["hash"])))
     return number_supply(mine) if mine.num_rows else None
+
+
+def loss_counts(numbered: pa.Table) -> pa.Table:
+    """Loss rows and those among them that flip, per (cause, is_rec), of these numbered rows."""
+    loss = numbered.filter(pc.invert(numbered["is_pub"]))
+    return sum_losses(pa.table({"cause": loss["cause"], "is_rec": loss["is_rec"],
+                                "losses": pa.array(np.ones(loss.num_rows, np.int64)),
+                                "effective_losses": pc.cast(loss["is_flip"], pa.int64())}))
+
+
+def sum_losses(counts: pa.Table) -> pa.Table:
+    """``counts`` (cause, is_rec, losses, effective_losses) summed per (cause, is_rec)."""
+    g = counts.group_by(["cause", "is_rec"]).aggregate([("losses", "sum"),
+                                                        ("effective_losses", "sum")])
+    return pa.table({"cause": g["cause"], "is_rec": g["is_rec"], "losses": g["losses_sum"],
+                     "effective_losses": g["effective_losses_sum"]})
