@@ -302,3 +302,16 @@ def test_bounded_rows_equal_the_sql_on_a_larger_run(tmp_path):
     assert used == ALL_BOUNDED
     for view in COMPARED:
         assert got[view] == want[view], f"{view}: bounded and SQL rows differ"
+
+
+def test_seq_set_is_numpy_isin():
+    """bounded.SeqSet (one bit per seq) answers as np.isin, negative seqs and the range's ends
+    included; negative control: the set shifted by one seq answers differently."""
+    import numpy as np
+
+    rng = np.random.default_rng(1)
+    for _ in range(100):
+        seqs = np.unique(rng.integers(-50, 1000, rng.integers(1, 50)))
+        probe = np.concatenate([rng.integers(-100, 1100, 500), seqs, seqs - 1, seqs + 1])
+        assert (bounded.SeqSet(seqs).mask(probe) == np.isin(probe, seqs)).all()
+        assert (bounded.SeqSet(seqs + 1).mask(probe) != np.isin(probe, seqs)).any()
