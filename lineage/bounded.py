@@ -2,36 +2,28 @@
 tables larger than memory (``views.connect_parquet(accelerate=True)``): partition-local, each
 key partition's rows written into TEMP tables (DuckDB's memory limit, spilling) or scratch
 files, never held whole in Python; then the per-episode views over ``_chain_validity`` episode
-range by episode range (lineage/episode_ranges.py), and the views that read a few supply rows
-over those rows only.
+range by episode range (lineage/episode_ranges.py).
 
     _supply_rows --stream--> split by hash % parts --> supply part files (Arrow IPC, temp dir)
-    per part k:  supply file k --number_supply--> numbered file k (the supply file deleted)
-                     + _supply_ordered's fact, loss_causes' counts per (cause, is_rec)
+    per part k:  supply file k --number_supply--> INSERT INTO _supply
     _entries ----stream--> chain positions flattened once, split alike --> chain part files
                       +--> entry rows split by episode range --> entries range files
-    per part k:  numbered file k + chain file k --probe_table-->
+    per part k:  supply file k + chain file k --probe_table-->
                      settled positions   --> validity range files (split by episode range)
                      unsettled positions --> _chain_probe (a small TEMP table, ~1%)
-                     every numbered row of their entries --> _chain_rest__supply
+                     the supply rows of the unsettled positions' entries --> _chain_rest__supply
     once:        SELECT * FROM _chain_rest (its SQL, _chain_rest__supply standing for _supply)
                      --> validity range files, and kept whole
     _chain_validity stays its SQL view (no later view reads it whole)
-    _episode_depths, _window_flips, _boundaries: lineage/episode_ranges.py (_window_flips with
-                     _chain_rest__supply standing for _supply)
-    depth_changes: its SQL over the numbered rows at _window_flips' seqs (_depth_changes__supply)
-    loss_causes:   the counts, and depth_changes' loss seqs among those rows
-    finish:        numbered files --> INSERT INTO _supply (last: no view between reads it whole,
-                     and the joins run without its ~110 B a row in DuckDB's memory)
+    _episode_depths, _window_flips, _boundaries: lineage/episode_ranges.py
 
-"Standing for": a TEMP table named ``_supply`` shadows the view ``_supply`` (DuckDB looks in
-the temp schema first) while the view's SQL runs, then gets its own name back. Every row of the
-three key-partitioned views depends on one entry's (``(is_rec, hash)``) rows only, so the key
-partitions give the rows of the whole. Python holds one stream batch while splitting and one
-partition or range while computing, plus the entries' fixed columns (about 50 bytes per
-episode). A NULL hash among the supply rows (the window keeps all of them as one entry), or
-anything the NumPy functions step aside for, falls back to the SQL for the view and every later
-one (``_supply``'s table is then filled at once).
+Every row of the three key-partitioned views depends on one entry's (``(is_rec, hash)``) rows
+only, so the key partitions give the rows of the whole (``_supply_ordered``, the one global
+fact, is a SQL view over the finished ``_supply``). Python holds one stream batch while
+splitting and one partition or range while computing, plus the entries' fixed columns (about
+50 bytes per episode). A NULL hash among the supply rows (the window keeps all of them as one
+entry), or anything the NumPy functions step aside for, falls back to the SQL for the view and
+every later one.
 """
 
 from __future__ import annotations
