@@ -80,9 +80,12 @@ _FAULT_DROP_LAST_PART = False
 # likewise: the last key partition's unsettled entries' supply rows are not gathered for
 # _chain_rest
 _FAULT_REST_LAST_PART = False
-# likewise: depth_changes' supply rows at the window flips' seqs not gathered from the last
-# key partition
-_FAULT_SEQ_SUPPLY_LAST_PART = False
+# likewise: depth_changes' supply rows at the window flips' seqs numbered without the other
+# rows of their entries
+_FAULT_SEQ_SUPPLY_ALONE = False
+# depth_changes' supply rows from _chain_rest__supply where they all are there; tests turn it
+# off to run the numbering from the part files
+_TRY_REST_ROWS = True
 
 
 class Bounded:
@@ -106,7 +109,7 @@ class Bounded:
         self._rest_supply = False
         self._seq_supply: bool | None = None  # None: not gathered
         self._losses: pa.Table | None = None  # loss_causes' counts per (cause, is_rec)
-        self._supply_stmts: list | None = None  # _supply's statements until finish()
+        self.seq_source = ""  # where depth_changes' supply rows came from (tests read it)
 
     def materialize(self, con: duckdb.DuckDBPyConnection, name: str, stmts: list) -> bool:
         """Put the view's rows in place (True), or leave it to the SQL (False)."""
@@ -118,10 +121,7 @@ class Bounded:
             if name == "_supply_ordered":
                 return self._supply_ordered(con, stmts)
             if name == "_chain_probe":
-                if self._probe(con, stmts):
-                    return True
-                self._supply_table(con)  # the SQL from here on reads the whole _supply
-                return False
+                return self._probe(con, stmts)
             if name == "_chain_validity":
                 return self._validity(con, stmts)
             if name in RANGE_NAMES:
@@ -134,28 +134,6 @@ class Bounded:
 
     def close(self) -> None:
         shutil.rmtree(self.directory, ignore_errors=True)
-
-    def finish(self, con: duckdb.DuckDBPyConnection) -> None:
-        """After the last view: ``_supply``'s rows into its TEMP table (for ``table_checks``
-        and ad-hoc queries), the scratch files deleted."""
-        self._drop_rest_supply(con)
-        self._supply_table(con)
-        self.close()
-
-    def _supply_table(self, con: duckdb.DuckDBPyConnection) -> None:
-        """The numbered part files into the ``_supply`` TEMP table (once)."""
-        split, stmts = self._supply, self._supply_stmts
-        if split is None or stmts is None:
-            return
-        out = Batched(con, "_supply__rows")
-        for k in range(self.parts):
-            rows = split.read(k)
-            if rows is not None:
-                out.add(rows)
-        out.flush()
-        split.remove()
-        self._supply, self._supply_stmts = None, None
-        swap(con, "_supply", stmts)
 
     def _split(self, con: duckdb.DuckDBPyConnection, query: str, stem: str, batch: int
                ) -> PartWriter | None:
@@ -175,31 +153,25 @@ class Bounded:
         split = self._split(con, "SELECT * FROM _supply_rows", "supply", BATCH_ROWS)
         if split is None:
             return False
-        out = PartWriter(self.directory, "numbered", self.parts)
+        out = Batched(con, "_supply__rows")
         ordered = True
         losses: list[pa.Table] = []
-        try:
-            for k in range(self.parts):
-                rows = split.read(k)
-                if rows is None:
-                    continue
-                numbered = number_supply(rows)
-                if numbered is None:
-                    out.remove()
-                    return False
-                ordered = ordered and in_step_order(numbered)
-                losses.append(loss_counts(numbered))
-                out.append(k, numbered)
-                split.paths[k].unlink()
-        finally:
-            split.remove()
-            out.close()
-        if out.schema is None:  # no supply rows at all
+        for k in range(self.parts):
+            rows = split.read(k)
+            if rows is None:
+                continue
+            numbered = number_supply(rows)
+            if numbered is None:
+                out.drop()
+                return False
+            ordered = ordered and in_step_order(numbered)
+            losses.append(loss_counts(numbered))
+            out.add(numbered)
+        out.flush()
+        if not out.created:  # no supply rows at all
             return False
-        # the rows go into DuckDB last (finish): till then no view reads the whole _supply,
-        # and the joins between run without its ~110 B a row in DuckDB's memory
-        self._supply = out
-        self._supply_stmts = stmts
+        swap(con, "_supply", stmts)
+        self._supply = split
         self._ordered = ordered
         self._losses = sum_losses(pa.concat_tables(losses))
         return True
@@ -314,8 +286,19 @@ class Bounded:
     def _rest_supply_as_supply(self, con: duckdb.DuckDBPyConnection) -> Iterator[None]:
         """``_supply`` is the unsettled positions' entries' supply rows meanwhile (every row of
         each such entry: what ``_chain_rest`` and ``_window_flips`` read of it)."""
-        with self._supply_standing(con, "_chain_rest__supply" if self._rest_supply else None):
+        con.execute("ALTER TABLE _supply RENAME TO _supply__all")
+        try:
+            if self._rest_supply:
+                con.execute("ALTER TABLE _chain_rest__supply RENAME TO _supply")
+            else:
+                con.execute("CREATE TEMP TABLE _supply AS SELECT * FROM _supply__all LIMIT 0")
             yield
+        finally:
+            if self._rest_supply:
+                con.execute("ALTER TABLE _supply RENAME TO _chain_rest__supply")
+            else:
+                con.execute("DROP TABLE _supply")
+            con.execute("ALTER TABLE _supply__all RENAME TO _supply")
 
     def _drop_rest_supply(self, con: duckdb.DuckDBPyConnection) -> None:
         if self._rest_supply:
@@ -344,45 +327,70 @@ class Bounded:
         return True
 
     @contextmanager
-    def _supply_standing(self, con: duckdb.DuckDBPyConnection, table: str | None
-                         ) -> Iterator[None]:
-        """TEMP table ``table`` (None: an empty one) shadows ``_supply`` (still its SQL view
-        before :meth:`finish`) meanwhile, under that name (renamed back after)."""
-        if table is not None:
-            con.execute(f"ALTER TABLE {table} RENAME TO _supply")
-        else:
-            assert self._supply is not None and self._supply.schema is not None
-            con.register("_supply_empty", self._supply.schema.empty_table())
-            con.execute("CREATE TEMP TABLE _supply AS SELECT * FROM _supply_empty")
-            con.unregister("_supply_empty")
+    def _supply_standing(self, con: duckdb.DuckDBPyConnection, table: str | None,
+                         fill: str | None = None) -> Iterator[None]:
+        """``_supply`` is TEMP table ``table`` meanwhile (renamed back after), or with ``table``
+        None an empty copy filled by ``fill`` (an ``INSERT INTO _supply BY NAME`` query)."""
+        con.execute("ALTER TABLE _supply RENAME TO _supply__all")
         try:
+            if table is not None:
+                con.execute(f"ALTER TABLE {table} RENAME TO _supply")
+            else:
+                con.execute("CREATE TEMP TABLE _supply AS SELECT * FROM _supply__all LIMIT 0")
+                if fill is not None:
+                    con.execute(f"INSERT INTO _supply BY NAME {fill}")
             yield
         finally:
             if table is not None:
-                con.execute(f"ALTER TABLE temp._supply RENAME TO {table}")
+                con.execute(f"ALTER TABLE _supply RENAME TO {table}")
             else:
-                con.execute("DROP TABLE temp._supply")
+                con.execute("DROP TABLE _supply")
+            con.execute("ALTER TABLE _supply__all RENAME TO _supply")
 
     def _gather_seq_supply(self, con: duckdb.DuckDBPyConnection, seqs: np.ndarray) -> bool:
-        """``_supply``'s rows at ``seqs`` (every row at each) from the numbered part files into
-        ``_depth_changes__supply`` (False: none)."""
+        """``_supply``'s rows at ``seqs`` (sorted) into ``_depth_changes__supply`` (False:
+        none). Usually every one is a row of an unsettled position's entry, already numbered
+        in ``_chain_rest__supply``: taken from there when as many rows are there as the supply
+        part files hold at those seqs (their seq columns counted). Else each partition's rows
+        at ``seqs``, numbered with the other rows of their entries."""
         split = self._supply
         assert split is not None
         if not len(seqs):
             return False
         at_seqs = SeqSet(seqs)
+        hits = []
+        for k in range(self.parts):
+            full = split.read(k, ["seq"])
+            hits.append(0 if full is None else
+                        int(np.count_nonzero(at_seqs.mask(as_numpy(full["seq"], np.int64)))))
+        if not sum(hits):
+            return False
+        if self._rest_supply and _TRY_REST_ROWS:
+            con.register("_seqs", pa.table({"seq": seqs}))
+            con.execute("CREATE TEMP TABLE _depth_changes__supply AS SELECT s.* FROM "
+                        "_chain_rest__supply AS s SEMI JOIN _seqs AS q ON q.seq = s.seq")
+            con.unregister("_seqs")
+            ((n,),) = con.execute("SELECT count(*) FROM _depth_changes__supply").fetchall()
+            if n == sum(hits):
+                self.seq_source = "rest rows"
+                return True
+            con.execute("DROP TABLE _depth_changes__supply")
         out = Batched(con, "_depth_changes__supply")
-        last = self.parts - 1 if _FAULT_SEQ_SUPPLY_LAST_PART else self.parts
-        for k in range(last):
-            sq = split.read(k, ["seq"])
-            if sq is None:
+        for k in range(self.parts):
+            if not hits[k]:
                 continue
-            hit = at_seqs.mask(as_numpy(sq["seq"], np.int64))
-            if hit.any():
-                full = split.read(k)
-                assert full is not None
-                out.add(full.filter(pa.array(hit)))
+            full = split.read(k)
+            assert full is not None
+            hit = at_seqs.mask(as_numpy(full["seq"], np.int64))
+            keys = pc.unique(pc.filter(full["hash"], pa.array(hit)))
+            mine = full.filter(pa.array(hit) if _FAULT_SEQ_SUPPLY_ALONE
+                               else pc.is_in(full["hash"], value_set=keys))
+            numbered = number_supply(mine)
+            assert numbered is not None  # the whole partition was numbered
+            out.add(numbered.filter(pa.array(at_seqs.mask(as_numpy(numbered["seq"],
+                                                                   np.int64)))))
         out.flush()
+        self.seq_source = "numbered again"
         return out.created
 
     def _depth_changes(self, con: duckdb.DuckDBPyConnection, stmts: list) -> bool:
@@ -392,9 +400,14 @@ class Bounded:
         ``_supply``."""
         if self._supply is None:
             return False
-        self._drop_rest_supply(con)
-        seqs = con.sql("SELECT DISTINCT seq FROM _window_flips").to_arrow_table()
-        self._seq_supply = self._gather_seq_supply(con, np.sort(as_numpy(seqs["seq"], np.int64)))
+        try:
+            seqs = con.sql("SELECT DISTINCT seq FROM _window_flips").to_arrow_table()
+            self._seq_supply = self._gather_seq_supply(
+                con, np.sort(as_numpy(seqs["seq"], np.int64)))
+        finally:
+            self._drop_rest_supply(con)
+            self.close()
+            self._supply = None
         table = "_depth_changes__supply" if self._seq_supply else None
         with self._supply_standing(con, table):
             con.execute("CREATE TEMP TABLE depth_changes__rows AS SELECT * FROM depth_changes")
@@ -409,7 +422,7 @@ class Bounded:
         if self._seq_supply is None or self._losses is None:
             return False
         gathered = ("_depth_changes__supply" if self._seq_supply
-                    else "(SELECT * FROM _supply WHERE false)")
+                    else "(SELECT * FROM _supply LIMIT 0)")
         con.register("_loss_counts", self._losses)
         try:
             con.execute(f"""
@@ -490,6 +503,9 @@ class Bounded:
                   "_window_flips": ranges.by_episode(flips)}
         by_range(con, name, stmts, inputs,
                  ranges.ranges(ranges.index(moved).astype(np.int64).tolist()))
+        if self._supply is None:  # else they wait for depth_changes
+            self._drop_rest_supply(con)
+            self.close()
         return True
 
 
@@ -505,12 +521,14 @@ def in_step_order(numbered: pa.Table) -> bool:
 
 
 def rest_supply(sup: pa.Table, rest: pa.Table) -> pa.Table | None:
-    """``_supply``'s rows (``sup``: one key partition's, numbered) of the entries of the
-    unsettled positions ``rest``: every row of each entry sharing a hash with one of them.
-    ``_chain_rest`` and ``_window_flips`` read only those entries' rows (they join on
-    ``(is_rec, hash)``, so an entry of the other kind is harmless). None: none."""
+    """``_supply``'s rows for the unsettled positions ``rest`` of one key partition (``sup``:
+    its ``_supply_rows``): every row of each entry sharing a hash with one of them, numbered as
+    ``_supply`` numbers them (every row of an entry is here, so ``sup_no`` and the neighbours
+    are the same). ``_chain_rest`` and ``_window_flips`` read only those entries' rows (they
+    join on ``(is_rec, hash)``, so an entry of the other kind is harmless). None: none, or the
+    numbering stepped aside."""
     mine = sup.filter(pc.is_in(sup["hash"], value_set=pc.unique(rest["hash"])))
-    return mine if mine.num_rows else None
+    return number_supply(mine) if mine.num_rows else None
 
 
 def loss_counts(numbered: pa.Table) -> pa.Table:

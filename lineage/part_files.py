@@ -36,11 +36,6 @@ class PartWriter:
                 self._append(k, table.slice(at, cnt))
             at += cnt
 
-    def append(self, k: int, table: pa.Table) -> None:
-        """Append ``table`` (every row of partition ``k``) to that partition's file."""
-        self.schema = table.schema
-        self._append(k, table)
-
     def _append(self, k: int, table: pa.Table) -> None:
         w = self._writers[k]
         if w is None:

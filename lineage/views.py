@@ -111,18 +111,13 @@ def create_views(con: duckdb.DuckDBPyConnection, meta: RunMeta,
     key partition by key partition, and ``_episode_depths``, ``_window_flips`` and
     ``_boundaries`` episode range by episode range (lineage/bounded.py,
     lineage/episode_ranges.py; ``_chain_validity`` then stays its SQL view, no later view
-    reading it whole); at the end ``_supply``'s rows go into its table (``Bounded.finish``) and
-    it is closed (its scratch files removed).
+    reading it whole); it is closed (its scratch files removed) at the end.
     """
     if bounded is not None and sql != "current":
         raise ValueError("bounded materializations need the current SQL set")
     try:
         _create_views(con, meta, materialize, sql, on_view, parts,
                       accelerate and bounded is None, bounded, only)
-        if bounded is not None:
-            bounded.finish(con)  # _supply's rows into its table last
-            if on_view is not None:
-                on_view("_supply (table)")
     finally:
         if bounded is not None:
             bounded.close()

@@ -161,23 +161,36 @@ def test_rest_supply_of_a_lost_partition_changes_the_rows(tmp_path, monkeypatch)
     assert bad["_boundary_transitions"] != want["_boundary_transitions"]
 
 
-def test_depth_changes_from_the_gathered_supply(tmp_path, monkeypatch):
-    """depth_changes and loss_causes read only the supply rows gathered from the numbered part
-    files at the window flips' seqs (D0: the small traces above have no J change); negative
-    control: the last key partition's rows not gathered (in one partition: none) change both
-    (the two rows of depth_changes are both in the first of two partitions)."""
+@pytest.mark.parametrize("rest_rows", [True, False], ids=["from-rest-rows", "numbered-again"])
+def test_depth_changes_from_the_gathered_supply(rest_rows, tmp_path, monkeypatch):
+    """depth_changes and loss_causes read only the supply rows gathered at the window flips'
+    seqs (D0: the small traces above have no J change), taken from the unsettled entries' rows
+    or numbered again from the part files; negative control (the latter): those rows numbered
+    without the other rows of their entries (sup_no and is_flip then wrong) change both."""
     table = TABLES["D0"]()
     want = parquet_answers(table, tmp_path, accelerate=False)
+    monkeypatch.setattr(bounded, "_TRY_REST_ROWS", rest_rows)
+    sources = []
+    real = bounded.Bounded._depth_changes
+
+    def spy(self, con, stmts):
+        done = real(self, con, stmts)
+        sources.append(self.seq_source)
+        return done
+
+    monkeypatch.setattr(bounded.Bounded, "_depth_changes", spy)
     used: set[str] = set()
     got = parquet_answers(table, tmp_path, accelerate=True, parts=2, used=used)
     assert used == ALL_BOUNDED
+    assert sources == ["rest rows" if rest_rows else "numbered again"]
     assert want["depth_changes"], "the trace should move some episode's J"
-    for view in COMPARED + (VALIDITY,):
+    for view in ("depth_changes", "loss_causes", "episode_lineage", VALIDITY):
         assert got[view] == want[view], f"{view}: bounded and SQL rows differ"
-    monkeypatch.setattr(bounded, "_FAULT_SEQ_SUPPLY_LAST_PART", True)
-    bad = parquet_answers(table, tmp_path, accelerate=True, parts=1)  # its last = its only
+    if rest_rows:
+        return
+    monkeypatch.setattr(bounded, "_FAULT_SEQ_SUPPLY_ALONE", True)
+    bad = parquet_answers(table, tmp_path, accelerate=True, parts=2)
     assert bad[VALIDITY] == want[VALIDITY]
-    assert bad["_supply"] == want["_supply"]
     assert bad["depth_changes"] != want["depth_changes"]
     assert bad["loss_causes"] != want["loss_causes"]
 
