@@ -2,28 +2,34 @@
 tables larger than memory (``views.connect_parquet(accelerate=True)``): partition-local, each
 key partition's rows written into TEMP tables (DuckDB's memory limit, spilling) or scratch
 files, never held whole in Python; then the per-episode views over ``_chain_validity`` episode
-range by episode range (lineage/episode_ranges.py).
+range by episode range (lineage/episode_ranges.py), and the views that read a few supply rows
+by their SQL over those rows only (no scan of the spilled ``_supply``).
 
     _supply_rows --stream--> split by hash % parts --> supply part files (Arrow IPC, temp dir)
     per part k:  supply file k --number_supply--> INSERT INTO _supply
+                     + _supply_ordered's fact, loss_causes' counts per (cause, is_rec)
     _entries ----stream--> chain positions flattened once, split alike --> chain part files
                       +--> entry rows split by episode range --> entries range files
     per part k:  supply file k + chain file k --probe_table-->
                      settled positions   --> validity range files (split by episode range)
                      unsettled positions --> _chain_probe (a small TEMP table, ~1%)
-                     the supply rows of the unsettled positions' entries --> _chain_rest__supply
+                     every supply row of their entries, numbered --> _chain_rest__supply
     once:        SELECT * FROM _chain_rest (its SQL, _chain_rest__supply standing for _supply)
                      --> validity range files, and kept whole
     _chain_validity stays its SQL view (no later view reads it whole)
-    _episode_depths, _window_flips, _boundaries: lineage/episode_ranges.py
+    _episode_depths, _window_flips, _boundaries: lineage/episode_ranges.py (_window_flips with
+                     _chain_rest__supply standing for _supply)
+    depth_changes: its SQL over the supply rows at _window_flips' seqs (_depth_changes__supply:
+                     from _chain_rest__supply when the supply files hold no others there)
+    loss_causes:   the counts, and depth_changes' loss seqs among those rows
 
-Every row of the three key-partitioned views depends on one entry's (``(is_rec, hash)``) rows
-only, so the key partitions give the rows of the whole (``_supply_ordered``, the one global
-fact, is a SQL view over the finished ``_supply``). Python holds one stream batch while
-splitting and one partition or range while computing, plus the entries' fixed columns (about
-50 bytes per episode). A NULL hash among the supply rows (the window keeps all of them as one
-entry), or anything the NumPy functions step aside for, falls back to the SQL for the view and
-every later one.
+"Standing for": ``_supply`` is renamed ``_supply__all`` and the small table takes its name
+while the view's SQL runs. Every row of the three key-partitioned views depends on one entry's
+(``(is_rec, hash)``) rows only, so the key partitions give the rows of the whole. Python holds
+one stream batch while splitting and one partition or range while computing, plus the entries'
+fixed columns (about 50 bytes per episode). A NULL hash among the supply rows (the window keeps
+all of them as one entry), or anything the NumPy functions step aside for, falls back to the
+SQL for the view and every later one.
 """
 
 from __future__ import annotations
