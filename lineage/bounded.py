@@ -24,20 +24,19 @@ by their SQL over those rows only (no scan of the spilled ``_supply``).
     loss_causes:   the counts, and depth_changes' loss seqs among those rows
 
 "Standing for": ``_supply`` is renamed ``_supply__all`` and the small table takes its name
-while the view's SQL runs. Every row of the three key-partitioned views depends on one entry's
-(``(is_rec, hash)``) rows only, so the key partitions give the rows of the whole. Python holds
-one stream batch while splitting and one partition or range while computing, plus the entries'
-fixed columns (about 50 bytes per episode). A NULL hash among the supply rows (the window keeps
-all of them as one entry), or anything the NumPy functions step aside for, falls back to the
-SQL for the view and every later one.
+while the view's SQL runs (the gathering: lineage/gathered_supply.py). Every row of the three
+key-partitioned views depends on one entry's (``(is_rec, hash)``) rows only, so the key
+partitions give the rows of the whole. Python holds one stream batch while splitting and one
+partition or range while computing, plus the entries' fixed columns (about 50 bytes per
+episode). A NULL hash among the supply rows (the window keeps all of them as one entry), or
+anything the NumPy functions step aside for, falls back to the SQL for the view and every later
+one.
 """
 
 from __future__ import annotations
 
 import shutil
 import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import duckdb
@@ -54,6 +53,17 @@ from lineage.episode_ranges import (
     entry_keys,
     episode_depths,
     only_episodes,
+)
+from lineage.gathered_supply import (
+    REST_TABLE,
+    SEQ_TABLE,
+    gather_seq_supply,
+    in_step_order,
+    loss_causes_rows,
+    loss_counts,
+    rest_supply,
+    sum_losses,
+    supply_standing,
 )
 from lineage.materialize import Batched, insert_rows, swap
 from lineage.part_files import PartWriter
@@ -86,12 +96,6 @@ _FAULT_DROP_LAST_PART = False
 # likewise: the last key partition's unsettled entries' supply rows are not gathered for
 # _chain_rest
 _FAULT_REST_LAST_PART = False
-# likewise: depth_changes' supply rows at the window flips' seqs numbered without the other
-# rows of their entries
-_FAULT_SEQ_SUPPLY_ALONE = False
-# depth_changes' supply rows from _chain_rest__supply where they all are there; tests turn it
-# off to run the numbering from the part files
-_TRY_REST_ROWS = True
 
 
 class Bounded:
@@ -251,7 +255,7 @@ class Bounded:
                 con.execute(f"DROP TABLE {t}")
 
         last = self.parts - 1 if _FAULT_DROP_LAST_PART else self.parts
-        rest_sup = Batched(con, "_chain_rest__supply")
+        rest_sup = Batched(con, REST_TABLE)
         for k in range(last):
             ct = chains.read(k)
             if ct is None:
@@ -288,27 +292,9 @@ class Bounded:
         self._probed = True
         return True
 
-    @contextmanager
-    def _rest_supply_as_supply(self, con: duckdb.DuckDBPyConnection) -> Iterator[None]:
-        """``_supply`` is the unsettled positions' entries' supply rows meanwhile (every row of
-        each such entry: what ``_chain_rest`` and ``_window_flips`` read of it)."""
-        con.execute("ALTER TABLE _supply RENAME TO _supply__all")
-        try:
-            if self._rest_supply:
-                con.execute("ALTER TABLE _chain_rest__supply RENAME TO _supply")
-            else:
-                con.execute("CREATE TEMP TABLE _supply AS SELECT * FROM _supply__all LIMIT 0")
-            yield
-        finally:
-            if self._rest_supply:
-                con.execute("ALTER TABLE _supply RENAME TO _chain_rest__supply")
-            else:
-                con.execute("DROP TABLE _supply")
-            con.execute("ALTER TABLE _supply__all RENAME TO _supply")
-
     def _drop_rest_supply(self, con: duckdb.DuckDBPyConnection) -> None:
         if self._rest_supply:
-            con.execute("DROP TABLE _chain_rest__supply")
+            con.execute(f"DROP TABLE {REST_TABLE}")
             self._rest_supply = False
 
     def _validity(self, con: duckdb.DuckDBPyConnection, stmts: list) -> bool:
@@ -318,7 +304,7 @@ class Bounded:
         assert ranges is not None
         # _chain_rest reads _chain_probe: here only the unsettled positions, all it needs; and
         # _supply: here only their entries' rows (a scan of the spilled _supply spared)
-        with self._rest_supply_as_supply(con):
+        with supply_standing(con, REST_TABLE if self._rest_supply else None):
             rest = con.sql("SELECT * FROM _chain_rest").to_arrow_table()
         con.execute("DROP TABLE _chain_probe")
         con.execute("ALTER VIEW _chain_probe__sql RENAME TO _chain_probe")
@@ -332,73 +318,6 @@ class Bounded:
         self._validity_done = True
         return True
 
-    @contextmanager
-    def _supply_standing(self, con: duckdb.DuckDBPyConnection, table: str | None,
-                         fill: str | None = None) -> Iterator[None]:
-        """``_supply`` is TEMP table ``table`` meanwhile (renamed back after), or with ``table``
-        None an empty copy filled by ``fill`` (an ``INSERT INTO _supply BY NAME`` query)."""
-        con.execute("ALTER TABLE _supply RENAME TO _supply__all")
-        try:
-            if table is not None:
-                con.execute(f"ALTER TABLE {table} RENAME TO _supply")
-            else:
-                con.execute("CREATE TEMP TABLE _supply AS SELECT * FROM _supply__all LIMIT 0")
-                if fill is not None:
-                    con.execute(f"INSERT INTO _supply BY NAME {fill}")
-            yield
-        finally:
-            if table is not None:
-                con.execute(f"ALTER TABLE _supply RENAME TO {table}")
-            else:
-                con.execute("DROP TABLE _supply")
-            con.execute("ALTER TABLE _supply__all RENAME TO _supply")
-
-    def _gather_seq_supply(self, con: duckdb.DuckDBPyConnection, seqs: np.ndarray) -> bool:
-        """``_supply``'s rows at ``seqs`` (sorted) into ``_depth_changes__supply`` (False:
-        none). Usually every one is a row of an unsettled position's entry, already numbered
-        in ``_chain_rest__supply``: taken from there when as many rows are there as the supply
-        part files hold at those seqs (their seq columns counted). Else each partition's rows
-        at ``seqs``, numbered with the other rows of their entries."""
-        split = self._supply
-        assert split is not None
-        if not len(seqs):
-            return False
-        at_seqs = SeqSet(seqs)
-        hits = []
-        for k in range(self.parts):
-            full = split.read(k, ["seq"])
-            hits.append(0 if full is None else
-                        int(np.count_nonzero(at_seqs.mask(as_numpy(full["seq"], np.int64)))))
-        if not sum(hits):
-            return False
-        if self._rest_supply and _TRY_REST_ROWS:
-            con.register("_seqs", pa.table({"seq": seqs}))
-            con.execute("CREATE TEMP TABLE _depth_changes__supply AS SELECT s.* FROM "
-                        "_chain_rest__supply AS s SEMI JOIN _seqs AS q ON q.seq = s.seq")
-            con.unregister("_seqs")
-            ((n,),) = con.execute("SELECT count(*) FROM _depth_changes__supply").fetchall()
-            if n == sum(hits):
-                self.seq_source = "rest rows"
-                return True
-            con.execute("DROP TABLE _depth_changes__supply")
-        out = Batched(con, "_depth_changes__supply")
-        for k in range(self.parts):
-            if not hits[k]:
-                continue
-            full = split.read(k)
-            assert full is not None
-            hit = at_seqs.mask(as_numpy(full["seq"], np.int64))
-            keys = pc.unique(pc.filter(full["hash"], pa.array(hit)))
-            mine = full.filter(pa.array(hit) if _FAULT_SEQ_SUPPLY_ALONE
-                               else pc.is_in(full["hash"], value_set=keys))
-            numbered = number_supply(mine)
-            assert numbered is not None  # the whole partition was numbered
-            out.add(numbered.filter(pa.array(at_seqs.mask(as_numpy(numbered["seq"],
-                                                                   np.int64)))))
-        out.flush()
-        self.seq_source = "numbered again"
-        return out.created
-
     def _depth_changes(self, con: duckdb.DuckDBPyConnection, stmts: list) -> bool:
         """The view's SQL over only the supply rows it reads instead of a scan of the spilled
         ``_supply``: it joins ``_flips`` to its J changes on seq alone, and a J change is at a
@@ -408,14 +327,15 @@ class Bounded:
             return False
         try:
             seqs = con.sql("SELECT DISTINCT seq FROM _window_flips").to_arrow_table()
-            self._seq_supply = self._gather_seq_supply(
-                con, np.sort(as_numpy(seqs["seq"], np.int64)))
+            self.seq_source = gather_seq_supply(con, self._supply, self.parts,
+                                                np.sort(as_numpy(seqs["seq"], np.int64)),
+                                                self._rest_supply)
+            self._seq_supply = bool(self.seq_source)
         finally:
             self._drop_rest_supply(con)
             self.close()
             self._supply = None
-        table = "_depth_changes__supply" if self._seq_supply else None
-        with self._supply_standing(con, table):
+        with supply_standing(con, SEQ_TABLE if self._seq_supply else None):
             con.execute("CREATE TEMP TABLE depth_changes__rows AS SELECT * FROM depth_changes")
         swap(con, "depth_changes", stmts)
         return True
@@ -427,35 +347,11 @@ class Bounded:
         instead of a scan of the spilled ``_supply``; as loss_causes.sql counts them."""
         if self._seq_supply is None or self._losses is None:
             return False
-        gathered = ("_depth_changes__supply" if self._seq_supply
-                    else "(SELECT * FROM _supply LIMIT 0)")
-        con.register("_loss_counts", self._losses)
         try:
-            con.execute(f"""
-                CREATE TEMP TABLE loss_causes__rows AS
-                WITH dec AS (
-                    SELECT DISTINCT seq FROM depth_changes WHERE kind = 'loss'
-                ),
-                d AS (
-                    SELECT s.cause, s.is_rec, count(*) AS n
-                    FROM {gathered} AS s
-                    JOIN dec ON dec.seq = s.seq
-                    WHERE NOT s.is_pub
-                    GROUP BY s.cause, s.is_rec
-                )
-                SELECT
-                    c.cause,
-                    CASE WHEN c.is_rec THEN 'recurrent' ELSE 'attention' END AS state_kind,
-                    CAST(c.losses AS BIGINT) AS losses,
-                    CAST(c.effective_losses AS BIGINT) AS effective_losses,
-                    coalesce(d.n, 0) AS depth_decreasing_losses
-                FROM _loss_counts AS c
-                LEFT JOIN d ON d.cause IS NOT DISTINCT FROM c.cause AND d.is_rec = c.is_rec
-                WHERE c.losses > 0""")
+            loss_causes_rows(con, self._losses, bool(self._seq_supply))
         finally:
-            con.unregister("_loss_counts")
             if self._seq_supply:
-                con.execute("DROP TABLE _depth_changes__supply")
+                con.execute(f"DROP TABLE {SEQ_TABLE}")
             self._seq_supply = None
         swap(con, "loss_causes", stmts)
         return True
@@ -490,7 +386,7 @@ class Bounded:
         if name == "_window_flips":
             rest = ranges.rest
             assert rest is not None
-            with self._rest_supply_as_supply(con):
+            with supply_standing(con, REST_TABLE if self._rest_supply else None):
                 by_range(con, name, stmts, {"_chain_validity": lambda r: rest}, [0])
             return True
         if name == "_episode_depths":  # False where NumPy steps aside: the view's SQL, whole
@@ -514,57 +410,3 @@ class Bounded:
             self.close()
         return True
 
-
-def in_step_order(numbered: pa.Table) -> bool:
-    """``_supply_ordered``'s fact over these numbered rows (every row of each entry they hold):
-    ``bool_and(step >= prev_step)`` (NULLs ignored) and no NULL step."""
-    if numbered["step"].null_count:
-        return False
-    prev = numbered["prev_step"]
-    has_prev = as_numpy(pc.is_valid(prev), bool)
-    step = as_numpy(numbered["step"], np.int64)[has_prev]
-    return bool(np.all(step >= as_numpy(prev, np.int64)[has_prev]))
-
-
-def rest_supply(sup: pa.Table, rest: pa.Table) -> pa.Table | None:
-    """``_supply``'s rows for the unsettled positions ``rest`` of one key partition (``sup``:
-    its ``_supply_rows``): every row of each entry sharing a hash with one of them, numbered as
-    ``_supply`` numbers them (every row of an entry is here, so ``sup_no`` and the neighbours
-    are the same). ``_chain_rest`` and ``_window_flips`` read only those entries' rows (they
-    join on ``(is_rec, hash)``, so an entry of the other kind is harmless). None: none, or the
-    numbering stepped aside."""
-    mine = sup.filter(pc.is_in(sup["hash"], value_set=pc.unique(rest["hash"])))
-    return number_supply(mine) if mine.num_rows else None
-
-
-def loss_counts(numbered: pa.Table) -> pa.Table:
-    """Loss rows and those among them that flip, per (cause, is_rec), of these numbered rows."""
-    loss = numbered.select(["cause", "is_rec", "is_flip"]).filter(
-        pc.invert(numbered["is_pub"]))
-    return sum_losses(pa.table({"cause": loss["cause"], "is_rec": loss["is_rec"],
-                                "losses": pa.array(np.ones(loss.num_rows, np.int64)),
-                                "effective_losses": pc.cast(loss["is_flip"], pa.int64())}))
-
-
-def sum_losses(counts: pa.Table) -> pa.Table:
-    """``counts`` (cause, is_rec, losses, effective_losses) summed per (cause, is_rec)."""
-    g = counts.group_by(["cause", "is_rec"]).aggregate([("losses", "sum"),
-                                                        ("effective_losses", "sum")])
-    return pa.table({"cause": g["cause"], "is_rec": g["is_rec"], "losses": g["losses_sum"],
-                     "effective_losses": g["effective_losses_sum"]})
-
-
-class SeqSet:
-    """Membership in a set of seqs as one bit per seq of its range (100M seqs: 12.5 MB), tested
-    for a whole column at once (a few ns a row; a binary search of each costs ~10x)."""
-
-    def __init__(self, seqs: np.ndarray) -> None:
-        self.lo, self.hi = int(seqs.min()), int(seqs.max())
-        off = seqs - self.lo
-        self.bits = np.zeros((self.hi - self.lo) // 8 + 1, np.uint8)
-        np.bitwise_or.at(self.bits, off >> 3, np.left_shift(1, off & 7).astype(np.uint8))
-
-    def mask(self, seq: np.ndarray) -> np.ndarray:
-        inside = (seq >= self.lo) & (seq <= self.hi)
-        off = np.where(inside, seq - self.lo, 0)
-        return inside & ((self.bits[off >> 3] >> (off & 7).astype(np.uint8)) & 1).astype(bool)

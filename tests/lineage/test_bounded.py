@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from lineage import bounded, bounded_entries, episode_ranges, materialize, views
+from lineage import bounded, bounded_entries, episode_ranges, gathered_supply, materialize, views
 from lineage.synth import D0_SYNTH, SynthConfig, synthesize
 from lineage.table import events_to_table
 
@@ -169,7 +169,7 @@ def test_depth_changes_from_the_gathered_supply(rest_rows, tmp_path, monkeypatch
     without the other rows of their entries (sup_no and is_flip then wrong) change both."""
     table = TABLES["D0"]()
     want = parquet_answers(table, tmp_path, accelerate=False)
-    monkeypatch.setattr(bounded, "_TRY_REST_ROWS", rest_rows)
+    monkeypatch.setattr(gathered_supply, "_TRY_REST_ROWS", rest_rows)
     sources = []
     real = bounded.Bounded._depth_changes
 
@@ -188,7 +188,7 @@ def test_depth_changes_from_the_gathered_supply(rest_rows, tmp_path, monkeypatch
         assert got[view] == want[view], f"{view}: bounded and SQL rows differ"
     if rest_rows:
         return
-    monkeypatch.setattr(bounded, "_FAULT_SEQ_SUPPLY_ALONE", True)
+    monkeypatch.setattr(gathered_supply, "_FAULT_SEQ_SUPPLY_ALONE", True)
     bad = parquet_answers(table, tmp_path, accelerate=True, parts=2)
     assert bad[VALIDITY] == want[VALIDITY]
     assert bad["depth_changes"] != want["depth_changes"]
@@ -305,13 +305,13 @@ def test_bounded_rows_equal_the_sql_on_a_larger_run(tmp_path):
 
 
 def test_seq_set_is_numpy_isin():
-    """bounded.SeqSet (one bit per seq) answers as np.isin, negative seqs and the range's ends
-    included; negative control: the set shifted by one seq answers differently."""
+    """gathered_supply.SeqSet (one bit per seq) answers as np.isin, negative seqs and the
+    range's ends included; negative control: the set shifted by one seq answers differently."""
     import numpy as np
 
     rng = np.random.default_rng(1)
     for _ in range(100):
         seqs = np.unique(rng.integers(-50, 1000, rng.integers(1, 50)))
         probe = np.concatenate([rng.integers(-100, 1100, 500), seqs, seqs - 1, seqs + 1])
-        assert (bounded.SeqSet(seqs).mask(probe) == np.isin(probe, seqs)).all()
-        assert (bounded.SeqSet(seqs + 1).mask(probe) != np.isin(probe, seqs)).any()
+        assert (gathered_supply.SeqSet(seqs).mask(probe) == np.isin(probe, seqs)).all()
+        assert (gathered_supply.SeqSet(seqs + 1).mask(probe) != np.isin(probe, seqs)).any()
