@@ -2,26 +2,35 @@
 tables larger than memory (``views.connect_parquet(accelerate=True)``): partition-local, each
 key partition's rows written into TEMP tables (DuckDB's memory limit, spilling) or scratch
 files, never held whole in Python; then the per-episode views over ``_chain_validity`` episode
-range by episode range (lineage/episode_ranges.py).
+range by episode range (lineage/episode_ranges.py), and the views that read a few supply rows
+by their SQL over those rows only (no scan of the spilled ``_supply``).
 
     _supply_rows --stream--> split by hash % parts --> supply part files (Arrow IPC, temp dir)
     per part k:  supply file k --number_supply--> INSERT INTO _supply
+                     + _supply_ordered's fact, loss_causes' counts per (cause, is_rec)
     _entries ----stream--> chain positions flattened once, split alike --> chain part files
                       +--> entry rows split by episode range --> entries range files
     per part k:  supply file k + chain file k --probe_table-->
                      settled positions   --> validity range files (split by episode range)
                      unsettled positions --> _chain_probe (a small TEMP table, ~1%)
-    once:        SELECT * FROM _chain_rest (its SQL) --> validity range files, and kept whole
+                     every supply row of their entries, numbered --> _chain_rest__supply
+    once:        SELECT * FROM _chain_rest (its SQL, _chain_rest__supply standing for _supply)
+                     --> validity range files, and kept whole
     _chain_validity stays its SQL view (no later view reads it whole)
-    _episode_depths, _window_flips, _boundaries: lineage/episode_ranges.py
+    _episode_depths, _window_flips, _boundaries: lineage/episode_ranges.py (_window_flips with
+                     _chain_rest__supply standing for _supply)
+    depth_changes: its SQL over the supply rows at _window_flips' seqs (_depth_changes__supply:
+                     from _chain_rest__supply when the supply files hold no others there)
+    loss_causes:   the counts, and depth_changes' loss seqs among those rows
 
-Every row of the three key-partitioned views depends on one entry's (``(is_rec, hash)``) rows
-only, so the key partitions give the rows of the whole (``_supply_ordered``, the one global
-fact, is a SQL view over the finished ``_supply``). Python holds one stream batch while
-splitting and one partition or range while computing, plus the entries' fixed columns (about
-50 bytes per episode). A NULL hash among the supply rows (the window keeps all of them as one
-entry), or anything the NumPy functions step aside for, falls back to the SQL for the view and
-every later one.
+"Standing for": ``_supply`` is renamed ``_supply__all`` and the small table takes its name
+while the view's SQL runs (the gathering: lineage/gathered_supply.py). Every row of the three
+key-partitioned views depends on one entry's (``(is_rec, hash)``) rows only, so the key
+partitions give the rows of the whole. Python holds one stream batch while splitting and one
+partition or range while computing, plus the entries' fixed columns (about 50 bytes per
+episode). A NULL hash among the supply rows (the window keeps all of them as one entry), or
+anything the NumPy functions step aside for, falls back to the SQL for the view and every later
+one.
 """
 
 from __future__ import annotations
@@ -45,12 +54,29 @@ from lineage.episode_ranges import (
     episode_depths,
     only_episodes,
 )
+from lineage.gathered_supply import (
+    REST_TABLE,
+    SEQ_TABLE,
+    gather_seq_supply,
+    in_step_order,
+    loss_causes_rows,
+    loss_counts,
+    rest_supply,
+    sum_losses,
+    supply_standing,
+)
 from lineage.materialize import Batched, insert_rows, swap
 from lineage.part_files import PartWriter
 from lineage.probe import EntryArrays, chain_positions, entry_arrays, probe_table, validity_columns
 from lineage.supply import number_supply
 
 NAMES = ("_supply", "_chain_probe", "_chain_validity")
+# one-row facts about the whole _supply, gathered in its partition loop
+FACT_NAMES = ("_supply_ordered",)
+# computed by their SQL over the supply rows they read, gathered from the supply part files
+GATHERED_NAMES = ("depth_changes", "loss_causes")
+# of them, the ones views.HEAVY does not materialize: connect_parquet adds them on this path
+EXTRA_NAMES = ("loss_causes",)
 # computed before them by their own SQL without the chains in the aggregate (bounded_entries.py)
 ENTRY_NAMES = ("_entries",)
 # computed episode range by episode range after them (lineage/episode_ranges.py)
@@ -67,12 +93,17 @@ _CHAIN_TYPES = {"row": np.int64, "is_rec": bool, "pos": np.int64, "hash": np.uin
 # tests set this to check that a lost partition changes the answer (negative control): the
 # last key partition's chain positions are then skipped
 _FAULT_DROP_LAST_PART = False
+# likewise: the last key partition's unsettled entries' supply rows are not gathered for
+# _chain_rest
+_FAULT_REST_LAST_PART = False
 
 
 class Bounded:
     """The three views computed key partition by key partition (``parts``), scratch files under
     ``temp_directory``. ``create_views`` calls :meth:`materialize` at each materialized view and
     :meth:`close` at the end."""
+
+    EXTRA_NAMES = EXTRA_NAMES
 
     def __init__(self, parts: int, temp_directory: str) -> None:
         if not 1 <= parts <= 4096:
@@ -84,6 +115,11 @@ class Bounded:
         self._probed = False
         self._ranges: EpisodeRanges | None = None
         self._validity_done = False
+        self._ordered: bool | None = None
+        self._rest_supply = False
+        self._seq_supply: bool | None = None  # None: not gathered
+        self._losses: pa.Table | None = None  # loss_causes' counts per (cause, is_rec)
+        self.seq_source = ""  # where depth_changes' supply rows came from (tests read it)
 
     def materialize(self, con: duckdb.DuckDBPyConnection, name: str, stmts: list) -> bool:
         """Put the view's rows in place (True), or leave it to the SQL (False)."""
@@ -92,12 +128,18 @@ class Bounded:
                 return materialize_entries(con, stmts)
             if name == "_supply":
                 return self._supply_rows(con, stmts)
+            if name == "_supply_ordered":
+                return self._supply_ordered(con, stmts)
             if name == "_chain_probe":
                 return self._probe(con, stmts)
             if name == "_chain_validity":
                 return self._validity(con, stmts)
             if name in RANGE_NAMES:
                 return self._by_range(con, name, stmts)
+            if name == "depth_changes":
+                return self._depth_changes(con, stmts)
+            if name == "loss_causes":
+                return self._loss_causes(con, stmts)
         return False
 
     def close(self) -> None:
@@ -122,6 +164,8 @@ class Bounded:
         if split is None:
             return False
         out = Batched(con, "_supply__rows")
+        ordered = True
+        losses: list[pa.Table] = []
         for k in range(self.parts):
             rows = split.read(k)
             if rows is None:
@@ -130,12 +174,26 @@ class Bounded:
             if numbered is None:
                 out.drop()
                 return False
+            ordered = ordered and in_step_order(numbered)
+            losses.append(loss_counts(numbered))
             out.add(numbered)
         out.flush()
         if not out.created:  # no supply rows at all
             return False
         swap(con, "_supply", stmts)
         self._supply = split
+        self._ordered = ordered
+        self._losses = sum_losses(pa.concat_tables(losses))
+        return True
+
+    def _supply_ordered(self, con: duckdb.DuckDBPyConnection, stmts: list) -> bool:
+        """The view's one row from the facts the ``_supply`` loop gathered (no scan of the
+        spilled ``_supply``)."""
+        if self._ordered is None:
+            return False
+        con.execute("CREATE TEMP TABLE _supply_ordered__rows AS SELECT CAST(? AS BOOLEAN) "
+                    "AS ordered", [self._ordered])
+        swap(con, "_supply_ordered", stmts)
         return True
 
     def _chain_split(self, con: duckdb.DuckDBPyConnection, ga: int, gr: int
@@ -197,15 +255,18 @@ class Bounded:
                 con.execute(f"DROP TABLE {t}")
 
         last = self.parts - 1 if _FAULT_DROP_LAST_PART else self.parts
+        rest_sup = Batched(con, REST_TABLE)
         for k in range(last):
             ct = chains.read(k)
             if ct is None:
                 continue
             c = {n: as_numpy(ct[n], _CHAIN_TYPES[n]) for n in _CHAIN_TYPES}
             c["end"] = (c["pos"] + 1) * np.where(c["is_rec"], gr, ga)
-            sup = self._supply.read(k, _SUP_COLS)
-            p = probe_table(sup if sup is not None else empty_sup, ent, c, bool(ordered))
+            full = self._supply.read(k)
+            sup = full.select(_SUP_COLS) if full is not None else empty_sup
+            p = probe_table(sup, ent, c, bool(ordered))
             if p is None:
+                rest_sup.drop()
                 drop()
                 return False
             settled = p["settled"]
@@ -214,8 +275,14 @@ class Bounded:
             ranges.write_validity(pa.table(validity_columns(done)))
             insert_rows(con, "_chain_probe__rest", rest, not created)
             created = ["_chain_probe__rest"]
-        chains.remove()
-        self._supply.remove()
+            if full is not None and rest.num_rows and not (_FAULT_REST_LAST_PART
+                                                           and k == last - 1):
+                gathered = rest_supply(full, rest)
+                if gathered is not None:
+                    rest_sup.add(gathered)
+        rest_sup.flush()
+        self._rest_supply = rest_sup.created
+        chains.remove()  # the supply files stay until depth_changes (_gather_seq_supply)
         if not created:
             return False
         for st in stmts[1:]:  # the view's comments; the view is set aside until _chain_validity
@@ -225,13 +292,20 @@ class Bounded:
         self._probed = True
         return True
 
+    def _drop_rest_supply(self, con: duckdb.DuckDBPyConnection) -> None:
+        if self._rest_supply:
+            con.execute(f"DROP TABLE {REST_TABLE}")
+            self._rest_supply = False
+
     def _validity(self, con: duckdb.DuckDBPyConnection, stmts: list) -> bool:
         if not self._probed:
             return False
         ranges = self._ranges
         assert ranges is not None
-        # _chain_rest reads _chain_probe: here only the unsettled positions, all it needs
-        rest = con.sql("SELECT * FROM _chain_rest").to_arrow_table()
+        # _chain_rest reads _chain_probe: here only the unsettled positions, all it needs; and
+        # _supply: here only their entries' rows (a scan of the spilled _supply spared)
+        with supply_standing(con, REST_TABLE if self._rest_supply else None):
+            rest = con.sql("SELECT * FROM _chain_rest").to_arrow_table()
         con.execute("DROP TABLE _chain_probe")
         con.execute("ALTER VIEW _chain_probe__sql RENAME TO _chain_probe")
         ranges.write_validity(rest)
@@ -242,6 +316,44 @@ class Bounded:
         for st in stmts[1:]:
             con.execute(st.query)
         self._validity_done = True
+        return True
+
+    def _depth_changes(self, con: duckdb.DuckDBPyConnection, stmts: list) -> bool:
+        """The view's SQL over only the supply rows it reads instead of a scan of the spilled
+        ``_supply``: it joins ``_flips`` to its J changes on seq alone, and a J change is at a
+        window flip's seq, so every supply row at those seqs (numbered) stands for
+        ``_supply``."""
+        if self._supply is None:
+            return False
+        try:
+            seqs = con.sql("SELECT DISTINCT seq FROM _window_flips").to_arrow_table()
+            self.seq_source = gather_seq_supply(con, self._supply, self.parts,
+                                                np.sort(as_numpy(seqs["seq"], np.int64)),
+                                                self._rest_supply)
+            self._seq_supply = bool(self.seq_source)
+        finally:
+            self._drop_rest_supply(con)
+            self.close()
+            self._supply = None
+        with supply_standing(con, SEQ_TABLE if self._seq_supply else None):
+            con.execute("CREATE TEMP TABLE depth_changes__rows AS SELECT * FROM depth_changes")
+        swap(con, "depth_changes", stmts)
+        return True
+
+    def _loss_causes(self, con: duckdb.DuckDBPyConnection, stmts: list) -> bool:
+        """The view's rows from the ``_supply`` loop's loss counts per (cause, is_rec) and, for
+        ``depth_decreasing_losses``, the loss rows at depth_changes' loss seqs among the rows
+        gathered at the window flips' seqs (every row at each such seq; a J change is at one)
+        instead of a scan of the spilled ``_supply``; as loss_causes.sql counts them."""
+        if self._seq_supply is None or self._losses is None:
+            return False
+        try:
+            loss_causes_rows(con, self._losses, bool(self._seq_supply))
+        finally:
+            if self._seq_supply:
+                con.execute(f"DROP TABLE {SEQ_TABLE}")
+            self._seq_supply = None
+        swap(con, "loss_causes", stmts)
         return True
 
     def _depths_in_numpy(self, con: duckdb.DuckDBPyConnection, stmts: list, validity: Source,
@@ -274,7 +386,8 @@ class Bounded:
         if name == "_window_flips":
             rest = ranges.rest
             assert rest is not None
-            by_range(con, name, stmts, {"_chain_validity": lambda r: rest}, [0])
+            with supply_standing(con, REST_TABLE if self._rest_supply else None):
+                by_range(con, name, stmts, {"_chain_validity": lambda r: rest}, [0])
             return True
         if name == "_episode_depths":  # False where NumPy steps aside: the view's SQL, whole
             return self._depths_in_numpy(con, stmts, validity, entries)
@@ -292,6 +405,8 @@ class Bounded:
                   "_window_flips": ranges.by_episode(flips)}
         by_range(con, name, stmts, inputs,
                  ranges.ranges(ranges.index(moved).astype(np.int64).tolist()))
-        if name == RANGE_NAMES[-1]:
+        if self._supply is None:  # else they wait for depth_changes
+            self._drop_rest_supply(con)
             self.close()
         return True
+

@@ -298,8 +298,10 @@ def connect_parquet(paths: list[str], meta: RunMeta | None = None, *, database: 
     if accelerate and materialize and sql == "current":
         bounded = Bounded(max(1, -(-rows // BOUNDED_PART_EVENTS)) if bounded_parts is None
                           else bounded_parts, temp_directory)
-    create_views(con, meta, HEAVY_SETS[sql] if materialize else (), sql, on_view, parts,
-                 accelerate=False, bounded=bounded)
+    heavy = HEAVY_SETS[sql] if materialize else ()
+    if bounded is not None:  # views it computes from rows gathered on the way (else their SQL)
+        heavy += bounded.EXTRA_NAMES
+    create_views(con, meta, heavy, sql, on_view, parts, accelerate=False, bounded=bounded)
     return con
 
 

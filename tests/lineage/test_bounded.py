@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from lineage import bounded, bounded_entries, episode_ranges, materialize, views
+from lineage import bounded, bounded_entries, episode_ranges, gathered_supply, materialize, views
 from lineage.synth import D0_SYNTH, SynthConfig, synthesize
 from lineage.table import events_to_table
 
@@ -19,11 +19,12 @@ from .helpers import S2, regressed, repeated_seq_table
 from .test_agreement import _random_events
 from .test_sql_sets import PUBLIC, _canon
 
-COMPARED = PUBLIC + ("_entries", "_supply", "_chain_validity", "_episode_depths", "_window_flips",
-                     "_boundaries", "_boundary_transitions")
+COMPARED = PUBLIC + ("_entries", "_supply", "_supply_ordered", "_chain_validity",
+                     "_episode_depths", "_window_flips", "_boundaries", "_boundary_transitions")
 
 
-ALL_BOUNDED = set(bounded.ENTRY_NAMES + bounded.NAMES + bounded.RANGE_NAMES)
+ALL_BOUNDED = set(bounded.ENTRY_NAMES + bounded.NAMES + bounded.FACT_NAMES
+                  + bounded.RANGE_NAMES + bounded.GATHERED_NAMES)
 # _chain_validity's rows as the range views read them (written by the bounded path)
 VALIDITY = "_chain_validity (range files)"
 
@@ -145,6 +146,55 @@ def test_a_lost_partition_changes_the_rows(tmp_path, monkeypatch):
     assert bad["episode_lineage"] != want["episode_lineage"]
 
 
+def test_rest_supply_of_a_lost_partition_changes_the_rows(tmp_path, monkeypatch):
+    """Negative control: _chain_rest reads only the gathered supply rows of the unsettled
+    positions' entries; without the last key partition's, its rows and the window flips read
+    from them change, while the _chain_validity view (its SQL over the whole _supply) does not.
+    (No public view of this small trace moves: every one is compared equal above.)"""
+    table = TABLES["S2-tight"]()
+    want = parquet_answers(table, tmp_path, accelerate=False)
+    monkeypatch.setattr(bounded, "_FAULT_REST_LAST_PART", True)
+    bad = parquet_answers(table, tmp_path, accelerate=True, parts=3)
+    assert bad["_chain_validity"] == want["_chain_validity"]
+    assert bad[VALIDITY] != want[VALIDITY]
+    assert bad["_window_flips"] != want["_window_flips"]
+    assert bad["_boundary_transitions"] != want["_boundary_transitions"]
+
+
+@pytest.mark.parametrize("rest_rows", [True, False], ids=["from-rest-rows", "numbered-again"])
+def test_depth_changes_from_the_gathered_supply(rest_rows, tmp_path, monkeypatch):
+    """depth_changes and loss_causes read only the supply rows gathered at the window flips'
+    seqs (D0: the small traces above have no J change), taken from the unsettled entries' rows
+    or numbered again from the part files; negative control (the latter): those rows numbered
+    without the other rows of their entries (sup_no and is_flip then wrong) change both."""
+    table = TABLES["D0"]()
+    want = parquet_answers(table, tmp_path, accelerate=False)
+    monkeypatch.setattr(gathered_supply, "_TRY_REST_ROWS", rest_rows)
+    sources = []
+    real = bounded.Bounded._depth_changes
+
+    def spy(self, con, stmts):
+        done = real(self, con, stmts)
+        sources.append(self.seq_source)
+        return done
+
+    monkeypatch.setattr(bounded.Bounded, "_depth_changes", spy)
+    used: set[str] = set()
+    got = parquet_answers(table, tmp_path, accelerate=True, parts=2, used=used)
+    assert used == ALL_BOUNDED
+    assert sources == ["rest rows" if rest_rows else "numbered again"]
+    assert want["depth_changes"], "the trace should move some episode's J"
+    for view in ("depth_changes", "loss_causes", "episode_lineage", VALIDITY):
+        assert got[view] == want[view], f"{view}: bounded and SQL rows differ"
+    if rest_rows:
+        return
+    monkeypatch.setattr(gathered_supply, "_FAULT_SEQ_SUPPLY_ALONE", True)
+    bad = parquet_answers(table, tmp_path, accelerate=True, parts=2)
+    assert bad[VALIDITY] == want[VALIDITY]
+    assert bad["depth_changes"] != want["depth_changes"]
+    assert bad["loss_causes"] != want["loss_causes"]
+
+
 def test_a_lost_episode_range_changes_the_rows(tmp_path, monkeypatch):
     """Negative control: the last episode range skipped by _episode_depths and _boundaries."""
     table = TABLES["S2-tight"]()
@@ -252,3 +302,16 @@ def test_bounded_rows_equal_the_sql_on_a_larger_run(tmp_path):
     assert used == ALL_BOUNDED
     for view in COMPARED:
         assert got[view] == want[view], f"{view}: bounded and SQL rows differ"
+
+
+def test_seq_set_is_numpy_isin():
+    """gathered_supply.SeqSet (one bit per seq) answers as np.isin, negative seqs and the
+    range's ends included; negative control: the set shifted by one seq answers differently."""
+    import numpy as np
+
+    rng = np.random.default_rng(1)
+    for _ in range(100):
+        seqs = np.unique(rng.integers(-50, 1000, rng.integers(1, 50)))
+        probe = np.concatenate([rng.integers(-100, 1100, 500), seqs, seqs - 1, seqs + 1])
+        assert (gathered_supply.SeqSet(seqs).mask(probe) == np.isin(probe, seqs)).all()
+        assert (gathered_supply.SeqSet(seqs + 1).mask(probe) != np.isin(probe, seqs)).any()
