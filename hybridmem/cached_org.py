@@ -60,6 +60,9 @@ from hybridmem.org_interface import (
 )
 from hybridmem.page_pool import PagePool
 
+# ``_tuple_new(Need, (a, r))`` is ``Need(a, r)`` without the NamedTuple's Python ``__new__``
+_tuple_new = tuple.__new__
+
 RETENTION_K = 2  # producer-side retention demand threshold (Q8/Q9)
 PIN_THRESHOLDS = {"Roff": None, "R0": 3, "R1": 2, "R2": 1}  # App. B.2 distinct-requester K
 
@@ -483,32 +486,41 @@ class CachedOrganization(Organization):
 
     def _fits_in(self, need: Need, apool: PagePool, rpool: PagePool) -> bool:
         """:meth:`_fits` with the pools ``pool_for`` gave for ``need``."""
+        # (len(pool._free) + len(pool._cached) is pool.num_available, without its frame)
         if apool is rpool:
-            return need.total <= apool.num_available
-        return need.attention <= apool.num_available and need.recurrent <= rpool.num_available
+            return need[0] + need[1] <= len(apool._free) + len(apool._cached)  # need.total
+        return need.attention <= len(apool._free) + len(apool._cached) \
+            and need.recurrent <= len(rpool._free) + len(rpool._cached)
 
     def available(self) -> Need:
         return Need(self.pool_for(StateKind.ATTENTION).num_available,
                     self.pool_for(StateKind.RECURRENT).num_available)
 
     def allocate(self, request_id: str, num_tokens: int) -> AllocationResult:
-        req = self._req(request_id)
+        req = self.requests.get(request_id)  # self._req(request_id), its frame on error only
+        if req is None:
+            req = self._req(request_id)
         n_blocks, bounds = self._growth(req, num_tokens)
-        need = Need(n_blocks, self._ckpt_units(len(bounds)) if bounds else 0)
+        n_rec = self._ckpt_units(len(bounds)) if bounds else 0
+        need = _tuple_new(Need, (n_blocks, n_rec))  # Need(n_blocks, n_rec)
         avail = self.available()
-        apool = self.pool_for(StateKind.ATTENTION, need.attention)
-        rpool = self.pool_for(StateKind.RECURRENT, need.recurrent)
+        apool = self.pool_for(StateKind.ATTENTION, n_blocks)
+        rpool = self.pool_for(StateKind.RECURRENT, n_rec)
         ok = self._fits_in(need, apool, rpool)
         if self._emitting:
             self._emit_allocation(req, need, avail, ok)
         if not ok:
-            return AllocationResult(False, need, avail)
+            return _tuple_new(AllocationResult, (False, need, avail))
+        # _make_free returns at once when enough pages are free: that is asked here first
+        # (read-only: the pool's own deque)
         if apool is rpool:
-            if len(apool._free) < n_blocks + need.recurrent:  # (read-only: the pool's own)
-                self._make_free(apool, n_blocks + need.recurrent, request_id)
+            if len(apool._free) < n_blocks + n_rec:
+                self._make_free(apool, n_blocks + n_rec, request_id)
         else:
-            self._make_free(apool, need.attention, request_id)
-            self._make_free(rpool, need.recurrent, request_id)
+            if len(apool._free) < n_blocks:
+                self._make_free(apool, n_blocks, request_id)
+            if len(rpool._free) < n_rec:
+                self._make_free(rpool, n_rec, request_id)
         if n_blocks:
             owners = self.owner[apool.name]
             spare = self.spare_blocks.get(apool.name) or self._spare(apool)
@@ -552,7 +564,7 @@ class CachedOrganization(Organization):
                 live_ckpts[ck.ident] = ck
                 ckpts[b] = ck
             req.ckpt_top = bounds[-1]
-        return AllocationResult(True, need, avail)
+        return _tuple_new(AllocationResult, (True, need, avail))  # AllocationResult(True, ...)
 
     def _emit_allocation(self, req: RequestState, need: Need, avail: Need, ok: bool) -> None:
         if not self._emitting:
