@@ -777,11 +777,15 @@ class CachedOrganization(Organization):
 
     # == publication ===========================================================================
     def publish(self, request_id: str, num_computed: int) -> list[int]:
-        req = self._req(request_id)
+        req = self.requests.get(request_id)  # self._req(request_id), its frame on error only
+        if req is None:
+            req = self._req(request_id)
         if num_computed > len(req.tokens):
             raise ValueError(f"request {request_id!r}: {num_computed} computed tokens but only "
                              f"{len(req.tokens)} known")
-        req.computed = computed = max(req.computed, num_computed)
+        computed = req.computed  # max(req.computed, num_computed)
+        if num_computed > computed:
+            req.computed = computed = num_computed
         published: list[int] = []
         attn_index, emitting = self.attn_index, self._emitting
         # Block i ends at (i + 1) g_a, so the blocks within ``computed`` are the first
@@ -805,7 +809,8 @@ class CachedOrganization(Organization):
                 stop_c = keyed
             else:
                 stop_c = stop
-            for blk, key in zip(blocks[keyed:stop_c], chain[keyed:stop_c], strict=False):
+            for blk, key in zip(blocks[keyed:stop_c], chain[keyed:stop_c], strict=False) \
+                    if keyed < stop_c else ():
                 if blk.key:
                     continue  # already discoverable (published or adopted)
                 if key in attn_index:  # another request's copy is discoverable
@@ -860,15 +865,20 @@ class CachedOrganization(Organization):
         self._ckpt_unref(cks, req.request_id)
 
     def release_superseded(self, request_id: str) -> list[int]:
-        req = self._req(request_id)
+        req = self.requests.get(request_id)  # self._req(request_id), its frame on error only
+        if req is None:
+            req = self._req(request_id)
         ckpts = req.ckpts
         if len(ckpts) < 2:
             return []  # nothing older than the newest: nothing to release or retain
-        computed, newest = req.computed, 0  # boundaries are > 0
+        # the newest boundary within ``computed`` is the largest of those (boundaries are > 0);
+        # the ones the loop can release are the others, below it: all but the last, sorted
+        older, computed = [], req.computed
         for b in ckpts:
-            if newest < b <= computed:
-                newest = b
-        older = sorted(b for b in ckpts if b < newest)  # the only ones the loop can release
+            if b <= computed:
+                older.append(b)
+        older.sort()
+        del older[-1:]  # the newest (none when no boundary is within ``computed``)
         kept = []
         for b in older:
             ck = ckpts[b]

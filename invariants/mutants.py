@@ -155,10 +155,10 @@ MUTANTS: list[Mutant] = [
     _m("retention-not-remembered", "retention", CO,
        "                    req.retained.add(ck.ident)\n", "                    pass\n"),
     _m("superseded-releases-newest", "retention", CO,
-       "older = sorted(b for b in ckpts if b < newest)",
-       "older = sorted(b for b in ckpts if b <= newest)"),
+       "        del older[-1:]  # the newest", "        pass  # the newest"),
     _m("superseded-ignores-last-computed", "retention", CO,
-       "if newest < b <= computed:", "if newest < b < computed:"),
+       "            if b <= computed:\n                older.append(b)",
+       "            if b < computed:\n                older.append(b)"),
     # -- checkpoint completeness -------------------------------------------------------------
     _m("checkpoint-one-member-short", "completeness", CO,
        "ck.members = pool.take_many(self.members)", "ck.members = pool.take_many(self.members - 1)",
