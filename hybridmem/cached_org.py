@@ -447,29 +447,21 @@ class CachedOrganization(Organization):
             owners[ck.conv] = None
 
     # == allocation ============================================================================
-    def _growth(self, req: RequestState, num_tokens: int) -> tuple[int, list[int]]:
-        """New blocks and new checkpoint boundaries to hold ``num_tokens`` tokens::
-
-            num_tokens = 1300, grid 512:  blocks [0,512) [512,1024) [1024,1536)
-                                          checkpoints 512, 1024, 1536 (the last is the
-                                          destination the running state is computed into)
-        """
+    def _check_growth(self, req: RequestState, num_tokens: int) -> None:
+        """The ValueError of a ``num_tokens`` :meth:`allocate` cannot grow ``req`` to (not
+        ``0 <= num_tokens <= len(req.tokens)``); returns when there is none."""
         if num_tokens > len(req.tokens):
             raise ValueError(f"request {req.request_id!r}: cannot allocate {num_tokens} tokens, "
                              f"only {len(req.tokens)} are known")
         if num_tokens < 0:
             raise ValueError(f"num_tokens must be >= 0, got {num_tokens}")
-        blocks = max(0, -(-num_tokens // self.attention_grid) - len(req.blocks))  # ceil_div
-        gr = self.recurrent_grid
-        top = -(-num_tokens // gr) * gr  # ceil_div(num_tokens, gr) * gr
-        return blocks, list(range(req.ckpt_top + gr, top + 1, gr))
 
     def pages_needed(self, request_id: str, num_tokens: int) -> Need:
-        """``Need`` of :meth:`allocate` (same checks as :meth:`_growth`, counts only; no new
-        checkpoint boundary needs no recurrent unit, so ``_ckpt_units`` runs only for some)."""
+        """``Need`` of :meth:`allocate` (same checks, counts only; no new checkpoint boundary
+        needs no recurrent unit, so ``_ckpt_units`` runs only for some)."""
         req = self._req(request_id)
         if not 0 <= num_tokens <= len(req.tokens):
-            self._growth(req, num_tokens)  # raises the ValueError naming the value
+            self._check_growth(req, num_tokens)  # raises the ValueError naming the value
         blocks = -(-num_tokens // self.attention_grid) - len(req.blocks)
         gr = self.recurrent_grid
         ckpts = len(range(req.ckpt_top + gr, -(-num_tokens // gr) * gr + 1, gr))
@@ -481,8 +473,14 @@ class CachedOrganization(Organization):
         return self._fits(need)
 
     def _fits(self, need: Need) -> bool:
-        return self._fits_in(need, self.pool_for(StateKind.ATTENTION, need.attention),
-                             self.pool_for(StateKind.RECURRENT, need.recurrent))
+        apool, rpool = self._pools_for(need.attention, need.recurrent)
+        return self._fits_in(need, apool, rpool)
+
+    def _pools_for(self, attention: int, recurrent: int) -> tuple[PagePool, PagePool]:
+        """``(pool_for(ATTENTION, attention), pool_for(RECURRENT, recurrent))`` in one call
+        (subclasses answer it without the two)."""
+        return (self.pool_for(StateKind.ATTENTION, attention),
+                self.pool_for(StateKind.RECURRENT, recurrent))
 
     def _fits_in(self, need: Need, apool: PagePool, rpool: PagePool) -> bool:
         """:meth:`_fits` with the pools ``pool_for`` gave for ``need``."""
@@ -497,15 +495,26 @@ class CachedOrganization(Organization):
                     self.pool_for(StateKind.RECURRENT).num_available)
 
     def allocate(self, request_id: str, num_tokens: int) -> AllocationResult:
+        """Grow ``request_id`` to ``num_tokens`` tokens: new blocks and new checkpoint
+        boundaries, all or nothing::
+
+            num_tokens = 1300, grid 512:  blocks [0,512) [512,1024) [1024,1536)
+                                          checkpoints 512, 1024, 1536 (the last is the
+                                          destination the running state is computed into)
+        """
         req = self.requests.get(request_id)  # self._req(request_id), its frame on error only
         if req is None:
             req = self._req(request_id)
-        n_blocks, bounds = self._growth(req, num_tokens)
+        if not 0 <= num_tokens <= len(req.tokens):
+            self._check_growth(req, num_tokens)  # raises the ValueError naming the value
+        n_blocks = max(0, -(-num_tokens // self.attention_grid) - len(req.blocks))  # ceil_div
+        gr = self.recurrent_grid
+        top = -(-num_tokens // gr) * gr  # ceil_div(num_tokens, gr) * gr
+        bounds = list(range(req.ckpt_top + gr, top + 1, gr))
         n_rec = self._ckpt_units(len(bounds)) if bounds else 0
         need = _tuple_new(Need, (n_blocks, n_rec))  # Need(n_blocks, n_rec)
         avail = self.available()
-        apool = self.pool_for(StateKind.ATTENTION, n_blocks)
-        rpool = self.pool_for(StateKind.RECURRENT, n_rec)
+        apool, rpool = self._pools_for(n_blocks, n_rec)
         ok = self._fits_in(need, apool, rpool)
         if self._emitting:
             self._emit_allocation(req, need, avail, ok)

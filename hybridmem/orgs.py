@@ -42,6 +42,9 @@ class SharedPoolOrganization(CachedOrganization):
     def _ckpt_pool(self) -> PagePool:
         return self.pool  # pool_for(RECURRENT), without the call
 
+    def _pools_for(self, attention: int, recurrent: int) -> tuple[PagePool, PagePool]:
+        return self.pool, self.pool  # (pool_for of each kind)
+
     def available(self) -> Need:
         pool = self.pool  # one pool serves both kinds (pool.num_available)
         n = len(pool._free) + len(pool._cached)
@@ -121,6 +124,16 @@ class D0(CachedOrganization):
 
     def _ckpt_pool(self) -> PagePool:
         return self.dual.by_kind[StateKind.RECURRENT]  # pool_for(RECURRENT), without the call
+
+    def _pools_for(self, attention: int, recurrent: int) -> tuple[PagePool, PagePool]:
+        """``pool_for`` of each kind, in one frame: with a need ``DualPools.pool_for`` decides,
+        without one its answer is read from ``by_kind``."""
+        dual = self.dual
+        by_kind = dual.by_kind
+        return (dual.pool_for(StateKind.ATTENTION, attention) if attention
+                else by_kind[StateKind.ATTENTION],
+                dual.pool_for(StateKind.RECURRENT, recurrent) if recurrent
+                else by_kind[StateKind.RECURRENT])
 
     def available(self) -> Need:
         by_kind = self.dual.by_kind  # (num_available of each kind's pool)
