@@ -260,9 +260,10 @@ class CachedOrganization(Organization):
         hit = None
         if j_ckpt is not None:
             hit = CheckpointHit(j_ckpt.key, j, tuple(j_ckpt.members), j_ckpt.conv)
-        if _cblocks is not None:  # the comprehension below, compiled
-            return LookupResult(request_id, a_max, r_max, j,
-                                _cblocks.block_pages(Block, keys, attn_index), keys, hit)
+        if _cblocks is not None:  # the comprehension below, compiled (LookupResult(...))
+            return _tuple_new(LookupResult, (request_id, a_max, r_max, j,
+                                             _cblocks.block_pages(Block, keys, attn_index),
+                                             keys, hit))
         return LookupResult(request_id, a_max, r_max, j,
                             tuple([attn_index[k].page for k in keys]), keys, hit)
 
@@ -302,11 +303,13 @@ class CachedOrganization(Organization):
         req.keyed = len(req.blocks)  # every adopted block carries its key: settled
         # 2. ... and only then the pins that protected it across preemption are released.
         self._unpin_owned(request_id)
-        self._emit(EventKind.ADOPTION, request_id=request_id, preemption_count=req.preemptions,
-                   hash=ck.key if ck is not None else 0, depth=hit.j,
-                   state_kind=StateKind.RECURRENT if ck is not None else StateKind.NONE,
-                   page=ck.home_page if ck is not None else -1,
-                   line=ck.home_line if ck is not None else -1)
+        if self._emitting:  # (the test _emit makes, before its fields are built)
+            self._emit(EventKind.ADOPTION, request_id=request_id,
+                       preemption_count=req.preemptions,
+                       hash=ck.key if ck is not None else 0, depth=hit.j,
+                       state_kind=StateKind.RECURRENT if ck is not None else StateKind.NONE,
+                       page=ck.home_page if ck is not None else -1,
+                       line=ck.home_line if ck is not None else -1)
 
     # == references ============================================================================
     def _blocks_ref(self, blks: list[Block], holder: str) -> None:
@@ -844,7 +847,8 @@ class CachedOrganization(Organization):
             req.keyed = min(stop, len(blocks))
         pages: list[int] = []
         rec_index, rec_chain, gr = self.rec_index, req.rec_chain, self.recurrent_grid
-        for b, ck in sorted(req.ckpts.items()):
+        ckpts = req.ckpts  # by boundary (one entry is sorted already)
+        for b, ck in sorted(ckpts.items()) if len(ckpts) > 1 else ckpts.items():
             if b > req.computed:
                 break
             key = rec_chain[b // gr - 1]
