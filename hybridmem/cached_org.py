@@ -60,6 +60,9 @@ from hybridmem.org_interface import (
 )
 from hybridmem.page_pool import PagePool
 
+# ``_tuple_new(Need, (a, r))`` is ``Need(a, r)`` without the NamedTuple's Python ``__new__``
+_tuple_new = tuple.__new__
+
 RETENTION_K = 2  # producer-side retention demand threshold (Q8/Q9)
 PIN_THRESHOLDS = {"Roff": None, "R0": 3, "R1": 2, "R2": 1}  # App. B.2 distinct-requester K
 
@@ -257,9 +260,10 @@ class CachedOrganization(Organization):
         hit = None
         if j_ckpt is not None:
             hit = CheckpointHit(j_ckpt.key, j, tuple(j_ckpt.members), j_ckpt.conv)
-        if _cblocks is not None:  # the comprehension below, compiled
-            return LookupResult(request_id, a_max, r_max, j,
-                                _cblocks.block_pages(Block, keys, attn_index), keys, hit)
+        if _cblocks is not None:  # the comprehension below, compiled (LookupResult(...))
+            return _tuple_new(LookupResult, (request_id, a_max, r_max, j,
+                                             _cblocks.block_pages(Block, keys, attn_index),
+                                             keys, hit))
         return LookupResult(request_id, a_max, r_max, j,
                             tuple([attn_index[k].page for k in keys]), keys, hit)
 
@@ -299,11 +303,13 @@ class CachedOrganization(Organization):
         req.keyed = len(req.blocks)  # every adopted block carries its key: settled
         # 2. ... and only then the pins that protected it across preemption are released.
         self._unpin_owned(request_id)
-        self._emit(EventKind.ADOPTION, request_id=request_id, preemption_count=req.preemptions,
-                   hash=ck.key if ck is not None else 0, depth=hit.j,
-                   state_kind=StateKind.RECURRENT if ck is not None else StateKind.NONE,
-                   page=ck.home_page if ck is not None else -1,
-                   line=ck.home_line if ck is not None else -1)
+        if self._emitting:  # (the test _emit makes, before its fields are built)
+            self._emit(EventKind.ADOPTION, request_id=request_id,
+                       preemption_count=req.preemptions,
+                       hash=ck.key if ck is not None else 0, depth=hit.j,
+                       state_kind=StateKind.RECURRENT if ck is not None else StateKind.NONE,
+                       page=ck.home_page if ck is not None else -1,
+                       line=ck.home_line if ck is not None else -1)
 
     # == references ============================================================================
     def _blocks_ref(self, blks: list[Block], holder: str) -> None:
@@ -444,29 +450,21 @@ class CachedOrganization(Organization):
             owners[ck.conv] = None
 
     # == allocation ============================================================================
-    def _growth(self, req: RequestState, num_tokens: int) -> tuple[int, list[int]]:
-        """New blocks and new checkpoint boundaries to hold ``num_tokens`` tokens::
-
-            num_tokens = 1300, grid 512:  blocks [0,512) [512,1024) [1024,1536)
-                                          checkpoints 512, 1024, 1536 (the last is the
-                                          destination the running state is computed into)
-        """
+    def _check_growth(self, req: RequestState, num_tokens: int) -> None:
+        """The ValueError of a ``num_tokens`` :meth:`allocate` cannot grow ``req`` to (not
+        ``0 <= num_tokens <= len(req.tokens)``); returns when there is none."""
         if num_tokens > len(req.tokens):
             raise ValueError(f"request {req.request_id!r}: cannot allocate {num_tokens} tokens, "
                              f"only {len(req.tokens)} are known")
         if num_tokens < 0:
             raise ValueError(f"num_tokens must be >= 0, got {num_tokens}")
-        blocks = max(0, -(-num_tokens // self.attention_grid) - len(req.blocks))  # ceil_div
-        gr = self.recurrent_grid
-        top = -(-num_tokens // gr) * gr  # ceil_div(num_tokens, gr) * gr
-        return blocks, list(range(req.ckpt_top + gr, top + 1, gr))
 
     def pages_needed(self, request_id: str, num_tokens: int) -> Need:
-        """``Need`` of :meth:`allocate` (same checks as :meth:`_growth`, counts only; no new
-        checkpoint boundary needs no recurrent unit, so ``_ckpt_units`` runs only for some)."""
+        """``Need`` of :meth:`allocate` (same checks, counts only; no new checkpoint boundary
+        needs no recurrent unit, so ``_ckpt_units`` runs only for some)."""
         req = self._req(request_id)
         if not 0 <= num_tokens <= len(req.tokens):
-            self._growth(req, num_tokens)  # raises the ValueError naming the value
+            self._check_growth(req, num_tokens)  # raises the ValueError naming the value
         blocks = -(-num_tokens // self.attention_grid) - len(req.blocks)
         gr = self.recurrent_grid
         ckpts = len(range(req.ckpt_top + gr, -(-num_tokens // gr) * gr + 1, gr))
@@ -478,37 +476,63 @@ class CachedOrganization(Organization):
         return self._fits(need)
 
     def _fits(self, need: Need) -> bool:
-        return self._fits_in(need, self.pool_for(StateKind.ATTENTION, need.attention),
-                             self.pool_for(StateKind.RECURRENT, need.recurrent))
+        apool, rpool = self._pools_for(need.attention, need.recurrent)
+        return self._fits_in(need, apool, rpool)
+
+    def _pools_for(self, attention: int, recurrent: int) -> tuple[PagePool, PagePool]:
+        """``(pool_for(ATTENTION, attention), pool_for(RECURRENT, recurrent))`` in one call
+        (subclasses answer it without the two)."""
+        return (self.pool_for(StateKind.ATTENTION, attention),
+                self.pool_for(StateKind.RECURRENT, recurrent))
 
     def _fits_in(self, need: Need, apool: PagePool, rpool: PagePool) -> bool:
         """:meth:`_fits` with the pools ``pool_for`` gave for ``need``."""
+        # (len(pool._free) + len(pool._cached) is pool.num_available, without its frame)
         if apool is rpool:
-            return need.total <= apool.num_available
-        return need.attention <= apool.num_available and need.recurrent <= rpool.num_available
+            return need[0] + need[1] <= len(apool._free) + len(apool._cached)  # need.total
+        return need.attention <= len(apool._free) + len(apool._cached) \
+            and need.recurrent <= len(rpool._free) + len(rpool._cached)
 
     def available(self) -> Need:
         return Need(self.pool_for(StateKind.ATTENTION).num_available,
                     self.pool_for(StateKind.RECURRENT).num_available)
 
     def allocate(self, request_id: str, num_tokens: int) -> AllocationResult:
-        req = self._req(request_id)
-        n_blocks, bounds = self._growth(req, num_tokens)
-        need = Need(n_blocks, self._ckpt_units(len(bounds)) if bounds else 0)
+        """Grow ``request_id`` to ``num_tokens`` tokens: new blocks and new checkpoint
+        boundaries, all or nothing::
+
+            num_tokens = 1300, grid 512:  blocks [0,512) [512,1024) [1024,1536)
+                                          checkpoints 512, 1024, 1536 (the last is the
+                                          destination the running state is computed into)
+        """
+        req = self.requests.get(request_id)  # self._req(request_id), its frame on error only
+        if req is None:
+            req = self._req(request_id)
+        if not 0 <= num_tokens <= len(req.tokens):
+            self._check_growth(req, num_tokens)  # raises the ValueError naming the value
+        n_blocks = max(0, -(-num_tokens // self.attention_grid) - len(req.blocks))  # ceil_div
+        gr = self.recurrent_grid
+        top = -(-num_tokens // gr) * gr  # ceil_div(num_tokens, gr) * gr
+        bounds = list(range(req.ckpt_top + gr, top + 1, gr))
+        n_rec = self._ckpt_units(len(bounds)) if bounds else 0
+        need = _tuple_new(Need, (n_blocks, n_rec))  # Need(n_blocks, n_rec)
         avail = self.available()
-        apool = self.pool_for(StateKind.ATTENTION, need.attention)
-        rpool = self.pool_for(StateKind.RECURRENT, need.recurrent)
+        apool, rpool = self._pools_for(n_blocks, n_rec)
         ok = self._fits_in(need, apool, rpool)
         if self._emitting:
             self._emit_allocation(req, need, avail, ok)
         if not ok:
-            return AllocationResult(False, need, avail)
+            return _tuple_new(AllocationResult, (False, need, avail))
+        # _make_free returns at once when enough pages are free: that is asked here first
+        # (read-only: the pool's own deque)
         if apool is rpool:
-            if len(apool._free) < n_blocks + need.recurrent:  # (read-only: the pool's own)
-                self._make_free(apool, n_blocks + need.recurrent, request_id)
+            if len(apool._free) < n_blocks + n_rec:
+                self._make_free(apool, n_blocks + n_rec, request_id)
         else:
-            self._make_free(apool, need.attention, request_id)
-            self._make_free(rpool, need.recurrent, request_id)
+            if len(apool._free) < n_blocks:
+                self._make_free(apool, n_blocks, request_id)
+            if len(rpool._free) < n_rec:
+                self._make_free(rpool, n_rec, request_id)
         if n_blocks:
             owners = self.owner[apool.name]
             spare = self.spare_blocks.get(apool.name) or self._spare(apool)
@@ -552,7 +576,7 @@ class CachedOrganization(Organization):
                 live_ckpts[ck.ident] = ck
                 ckpts[b] = ck
             req.ckpt_top = bounds[-1]
-        return AllocationResult(True, need, avail)
+        return _tuple_new(AllocationResult, (True, need, avail))  # AllocationResult(True, ...)
 
     def _emit_allocation(self, req: RequestState, need: Need, avail: Need, ok: bool) -> None:
         if not self._emitting:
@@ -765,11 +789,15 @@ class CachedOrganization(Organization):
 
     # == publication ===========================================================================
     def publish(self, request_id: str, num_computed: int) -> list[int]:
-        req = self._req(request_id)
+        req = self.requests.get(request_id)  # self._req(request_id), its frame on error only
+        if req is None:
+            req = self._req(request_id)
         if num_computed > len(req.tokens):
             raise ValueError(f"request {request_id!r}: {num_computed} computed tokens but only "
                              f"{len(req.tokens)} known")
-        req.computed = computed = max(req.computed, num_computed)
+        computed = req.computed  # max(req.computed, num_computed)
+        if num_computed > computed:
+            req.computed = computed = num_computed
         published: list[int] = []
         attn_index, emitting = self.attn_index, self._emitting
         # Block i ends at (i + 1) g_a, so the blocks within ``computed`` are the first
@@ -793,7 +821,8 @@ class CachedOrganization(Organization):
                 stop_c = keyed
             else:
                 stop_c = stop
-            for blk, key in zip(blocks[keyed:stop_c], chain[keyed:stop_c], strict=False):
+            for blk, key in zip(blocks[keyed:stop_c], chain[keyed:stop_c], strict=False) \
+                    if keyed < stop_c else ():
                 if blk.key:
                     continue  # already discoverable (published or adopted)
                 if key in attn_index:  # another request's copy is discoverable
@@ -818,7 +847,8 @@ class CachedOrganization(Organization):
             req.keyed = min(stop, len(blocks))
         pages: list[int] = []
         rec_index, rec_chain, gr = self.rec_index, req.rec_chain, self.recurrent_grid
-        for b, ck in sorted(req.ckpts.items()):
+        ckpts = req.ckpts  # by boundary (one entry is sorted already)
+        for b, ck in sorted(ckpts.items()) if len(ckpts) > 1 else ckpts.items():
             if b > req.computed:
                 break
             key = rec_chain[b // gr - 1]
@@ -848,15 +878,20 @@ class CachedOrganization(Organization):
         self._ckpt_unref(cks, req.request_id)
 
     def release_superseded(self, request_id: str) -> list[int]:
-        req = self._req(request_id)
+        req = self.requests.get(request_id)  # self._req(request_id), its frame on error only
+        if req is None:
+            req = self._req(request_id)
         ckpts = req.ckpts
         if len(ckpts) < 2:
             return []  # nothing older than the newest: nothing to release or retain
-        computed, newest = req.computed, 0  # boundaries are > 0
+        # the newest boundary within ``computed`` is the largest of those (boundaries are > 0);
+        # the ones the loop can release are the others, below it: all but the last, sorted
+        older, computed = [], req.computed
         for b in ckpts:
-            if newest < b <= computed:
-                newest = b
-        older = sorted(b for b in ckpts if b < newest)  # the only ones the loop can release
+            if b <= computed:
+                older.append(b)
+        older.sort()
+        del older[-1:]  # the newest (none when no boundary is within ``computed``)
         kept = []
         for b in older:
             ck = ckpts[b]

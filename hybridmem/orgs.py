@@ -23,6 +23,8 @@ from hybridmem.geometry import ceil_div
 from hybridmem.org_interface import Need
 from hybridmem.page_pool import PagePool
 
+_tuple_new = tuple.__new__  # _tuple_new(Need, (a, r)): Need(a, r) without a Python frame
+
 
 class SharedPoolOrganization(CachedOrganization):
     """S0-S2: one pool of equal pages serves attention blocks and checkpoints."""
@@ -40,9 +42,13 @@ class SharedPoolOrganization(CachedOrganization):
     def _ckpt_pool(self) -> PagePool:
         return self.pool  # pool_for(RECURRENT), without the call
 
+    def _pools_for(self, attention: int, recurrent: int) -> tuple[PagePool, PagePool]:
+        return self.pool, self.pool  # (pool_for of each kind)
+
     def available(self) -> Need:
-        n = self.pool.num_available  # one pool serves both kinds
-        return Need(n, n)
+        pool = self.pool  # one pool serves both kinds (pool.num_available)
+        n = len(pool._free) + len(pool._cached)
+        return _tuple_new(Need, (n, n))  # Need(n, n)
 
     def pools(self) -> list[PagePool]:
         return [self.pool]
@@ -119,10 +125,21 @@ class D0(CachedOrganization):
     def _ckpt_pool(self) -> PagePool:
         return self.dual.by_kind[StateKind.RECURRENT]  # pool_for(RECURRENT), without the call
 
+    def _pools_for(self, attention: int, recurrent: int) -> tuple[PagePool, PagePool]:
+        """``pool_for`` of each kind, in one frame: with a need ``DualPools.pool_for`` decides,
+        without one its answer is read from ``by_kind``."""
+        dual = self.dual
+        by_kind = dual.by_kind
+        return (dual.pool_for(StateKind.ATTENTION, attention) if attention
+                else by_kind[StateKind.ATTENTION],
+                dual.pool_for(StateKind.RECURRENT, recurrent) if recurrent
+                else by_kind[StateKind.RECURRENT])
+
     def available(self) -> Need:
         by_kind = self.dual.by_kind  # (num_available of each kind's pool)
         a, r = by_kind[StateKind.ATTENTION], by_kind[StateKind.RECURRENT]
-        return Need(len(a._free) + len(a._cached), len(r._free) + len(r._cached))
+        return _tuple_new(Need, (len(a._free) + len(a._cached),  # Need(a, r)
+                                 len(r._free) + len(r._cached)))
 
     def pools(self) -> list[PagePool]:
         return [self.dual.attention, self.dual.recurrent]
