@@ -50,6 +50,7 @@ from lineage.episode_ranges import (
     EpisodeRanges,
     Source,
     by_range,
+    chain_lengths,
     entry_keys,
     episode_depths,
     only_episodes,
@@ -394,12 +395,9 @@ class Bounded:
         # _boundaries: only the moved episodes' rows, of the ranges holding them
         flips = con.sql("SELECT * FROM _window_flips").to_arrow_table()
         moved = flips["ep"]
-        con.register("_moved_eps", pa.table({"ep": np.unique(as_numpy(moved, np.int64))}))
-        moved_entries = con.sql("SELECT e.* FROM _entries AS e SEMI JOIN _moved_eps AS m "
-                                "ON e.ep = m.ep").to_arrow_table()
-        con.unregister("_moved_eps")
         inputs = {"_chain_validity": only_episodes(validity, moved),
-                  "_entries": ranges.by_episode(moved_entries),
+                  # its SQL reads ep and len(chain) of _entries: the range files hold both
+                  "_entries": chain_lengths(only_episodes(entries, moved)),
                   # each range's own flips: the view's DISTINCT over all of them, per range,
                   # grew with ranges x flips
                   "_window_flips": ranges.by_episode(flips)}

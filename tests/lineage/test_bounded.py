@@ -207,6 +207,19 @@ def test_a_lost_episode_range_changes_the_rows(tmp_path, monkeypatch):
     assert bad["episode_lineage"] != want["episode_lineage"]
 
 
+def test_boundaries_chain_lengths_from_the_range_files(tmp_path, monkeypatch):
+    """_boundaries reads _entries' ep and len(chain) from the entries range files (a chain of
+    NULL keys as long as the episode's; equal rows above). Negative control: each chain one key
+    shorter changes _boundaries, and nothing before it."""
+    table = TABLES["S2-tight"]()
+    want = parquet_answers(table, tmp_path, accelerate=False)
+    monkeypatch.setattr(episode_ranges, "_FAULT_CHAIN_LENGTH", True)
+    bad = parquet_answers(table, tmp_path, accelerate=True, parts=3)
+    assert bad[VALIDITY] == want[VALIDITY]
+    assert bad["_window_flips"] == want["_window_flips"]
+    assert bad["_boundaries"] != want["_boundaries"]
+
+
 @pytest.mark.slow
 def test_depths_step_aside_to_the_whole_sql(tmp_path, monkeypatch):
     """Where the NumPy depths step aside, the view's SQL computes _episode_depths whole (over
