@@ -6,10 +6,10 @@ range by episode range (lineage/episode_ranges.py), and the views that read a fe
 by their SQL over those rows only (no scan of the spilled ``_supply``).
 
     _supply_rows --stream--> split by hash % parts --> supply part files (Arrow IPC, temp dir)
+                      +--> each step's first and last seq (table_checks: lineage/supply_steps.py)
     per part k:  supply file k --number_supply--> INSERT INTO _supply
-                     + _supply_ordered's fact, loss_causes' counts per (cause, is_rec),
-                       whether a step regresses (table_checks, materialized by finish()
-                       over no supply rows where none does: lineage/supply_steps.py)
+                     + _supply_ordered's fact, loss_causes' counts per (cause, is_rec)
+    at the end:  table_checks by its SQL over no supply rows where no step regresses (finish())
     _entries ----stream--> chain positions flattened once, split alike --> chain part files
                       +--> entry rows split by episode range --> entries range files
     per part k:  supply file k + chain file k --probe_table-->
@@ -82,8 +82,8 @@ FACT_NAMES = ("_supply_ordered",)
 GATHERED_NAMES = ("depth_changes", "loss_causes")
 # of them, the ones views.HEAVY does not materialize: connect_parquet adds them on this path
 EXTRA_NAMES = ("loss_causes",)
-# materialized by finish() after every view, by its SQL with no supply rows, where the _supply
-# loop found no step regressing (the on_view name create_views gives it then)
+# materialized by finish() after every view, by its SQL with no supply rows, where the
+# _supply_rows stream showed no step regressing (the on_view name create_views gives it then)
 FINISH_NAME = "table_checks (no supply rows)"
 # computed before them by their own SQL without the chains in the aggregate (bounded_entries.py)
 ENTRY_NAMES = ("_entries",)
@@ -156,14 +156,15 @@ class Bounded:
     def close(self) -> None:
         shutil.rmtree(self.directory, ignore_errors=True)
 
-    def _split(self, con: duckdb.DuckDBPyConnection, query: str, stem: str, batch: int
-               ) -> PartWriter | None:
+    def _split(self, con: duckdb.DuckDBPyConnection, query: str, stem: str, batch: int,
+               steps: StepBounds) -> PartWriter | None:
         out = PartWriter(self.directory, stem, self.parts)
         reader = con.sql(query).to_arrow_reader(batch)
         try:
             for b in reader:
                 if b.column("hash").null_count:
                     return None
+                steps.add(b)
                 part = as_numpy(b.column("hash"), np.uint64) % np.uint64(self.parts)
                 out.write(pa.Table.from_batches([b]), part)
         finally:
@@ -171,13 +172,13 @@ class Bounded:
         return out
 
     def _supply_rows(self, con: duckdb.DuckDBPyConnection, stmts: list) -> bool:
-        split = self._split(con, "SELECT * FROM _supply_rows", "supply", BATCH_ROWS)
+        steps = StepBounds()  # _supply's rows are _supply_rows', numbered
+        split = self._split(con, "SELECT * FROM _supply_rows", "supply", BATCH_ROWS, steps)
         if split is None:
             return False
         out = Batched(con, "_supply__rows")
         ordered = True
         losses: list[pa.Table] = []
-        steps = StepBounds()
         for k in range(self.parts):
             rows = split.read(k)
             if rows is None:
@@ -187,7 +188,6 @@ class Bounded:
                 out.drop()
                 return False
             ordered = ordered and in_step_order(numbered)
-            steps.add(numbered)
             losses.append(loss_counts(numbered))
             out.add(numbered)
         out.flush()
@@ -202,8 +202,8 @@ class Bounded:
 
     def finish(self, con: duckdb.DuckDBPyConnection) -> bool:
         """After every view: ``table_checks`` (a view, its SQL run when read) materialized
-        by its SQL with no supply rows standing for ``_supply`` where the ``_supply`` loop found
-        no step regressing (its supply part then counts 0 whatever the rows;
+        by its SQL with no supply rows standing for ``_supply`` where the ``_supply_rows``
+        stream showed no step regressing (its supply part then counts 0 whatever the rows;
         lineage/supply_steps.py). At the end, so that the spilled ``_supply`` is not touched;
         at creation the query ran while ``_supply`` was being spilled. False: left alone."""
         if self._regresses is False:

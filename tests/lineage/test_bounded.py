@@ -232,9 +232,9 @@ def test_boundaries_chain_lengths_from_the_range_files(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("name", ["S2-tight", "regressed1"])
 def test_table_checks_without_supply_rows_where_no_step_regresses(name, tmp_path, monkeypatch):
-    """table_checks is materialized at the end over no supply rows where the _supply loop found
-    no step regressing (S2-tight), left to its SQL over the whole _supply where one does
-    (regressed1); equal rows both ways.
+    """table_checks is materialized at the end over no supply rows where the _supply_rows
+    stream showed no step regressing (S2-tight), left to its SQL over the whole _supply where
+    one does (regressed1); equal rows both ways.
     Negative control: the check answering "none" on regressed1 changes table_checks."""
     table = TABLES[name]()
     want = parquet_answers(table, tmp_path, accelerate=False)
