@@ -6,8 +6,10 @@ range by episode range (lineage/episode_ranges.py), and the views that read a fe
 by their SQL over those rows only (no scan of the spilled ``_supply``).
 
     _supply_rows --stream--> split by hash % parts --> supply part files (Arrow IPC, temp dir)
+                      +--> each step's first and last seq (table_checks: lineage/supply_steps.py)
     per part k:  supply file k --number_supply--> INSERT INTO _supply
                      + _supply_ordered's fact, loss_causes' counts per (cause, is_rec)
+    at the end:  table_checks by its SQL over no supply rows where no step regresses (finish())
     _entries ----stream--> chain positions flattened once, split alike --> chain part files
                       +--> entry rows split by episode range --> entries range files
     per part k:  supply file k + chain file k --probe_table-->
@@ -50,6 +52,7 @@ from lineage.episode_ranges import (
     EpisodeRanges,
     Source,
     by_range,
+    chain_lengths,
     entry_keys,
     episode_depths,
     only_episodes,
@@ -68,7 +71,9 @@ from lineage.gathered_supply import (
 from lineage.materialize import Batched, insert_rows, swap
 from lineage.part_files import PartWriter
 from lineage.probe import EntryArrays, chain_positions, entry_arrays, probe_table, validity_columns
+from lineage.sql_files import load_sql
 from lineage.supply import number_supply
+from lineage.supply_steps import StepBounds
 
 NAMES = ("_supply", "_chain_probe", "_chain_validity")
 # one-row facts about the whole _supply, gathered in its partition loop
@@ -77,6 +82,9 @@ FACT_NAMES = ("_supply_ordered",)
 GATHERED_NAMES = ("depth_changes", "loss_causes")
 # of them, the ones views.HEAVY does not materialize: connect_parquet adds them on this path
 EXTRA_NAMES = ("loss_causes",)
+# materialized by finish() after every view, by its SQL with no supply rows, where the
+# _supply_rows stream showed no step regressing (the on_view name create_views gives it then)
+FINISH_NAME = "table_checks (no supply rows)"
 # computed before them by their own SQL without the chains in the aggregate (bounded_entries.py)
 ENTRY_NAMES = ("_entries",)
 # computed episode range by episode range after them (lineage/episode_ranges.py)
@@ -104,6 +112,7 @@ class Bounded:
     :meth:`close` at the end."""
 
     EXTRA_NAMES = EXTRA_NAMES
+    FINISH_NAME = FINISH_NAME
 
     def __init__(self, parts: int, temp_directory: str) -> None:
         if not 1 <= parts <= 4096:
@@ -119,6 +128,8 @@ class Bounded:
         self._rest_supply = False
         self._seq_supply: bool | None = None  # None: not gathered
         self._losses: pa.Table | None = None  # loss_causes' counts per (cause, is_rec)
+        self._regresses: bool | None = None  # some supply step regresses (None: not known)
+        self.checks_without_supply = False  # finish() materialized table_checks (tests read it)
         self.seq_source = ""  # where depth_changes' supply rows came from (tests read it)
 
     def materialize(self, con: duckdb.DuckDBPyConnection, name: str, stmts: list) -> bool:
@@ -145,14 +156,15 @@ class Bounded:
     def close(self) -> None:
         shutil.rmtree(self.directory, ignore_errors=True)
 
-    def _split(self, con: duckdb.DuckDBPyConnection, query: str, stem: str, batch: int
-               ) -> PartWriter | None:
+    def _split(self, con: duckdb.DuckDBPyConnection, query: str, stem: str, batch: int,
+               steps: StepBounds) -> PartWriter | None:
         out = PartWriter(self.directory, stem, self.parts)
         reader = con.sql(query).to_arrow_reader(batch)
         try:
             for b in reader:
                 if b.column("hash").null_count:
                     return None
+                steps.add(b)
                 part = as_numpy(b.column("hash"), np.uint64) % np.uint64(self.parts)
                 out.write(pa.Table.from_batches([b]), part)
         finally:
@@ -160,7 +172,8 @@ class Bounded:
         return out
 
     def _supply_rows(self, con: duckdb.DuckDBPyConnection, stmts: list) -> bool:
-        split = self._split(con, "SELECT * FROM _supply_rows", "supply", BATCH_ROWS)
+        steps = StepBounds()  # _supply's rows are _supply_rows', numbered
+        split = self._split(con, "SELECT * FROM _supply_rows", "supply", BATCH_ROWS, steps)
         if split is None:
             return False
         out = Batched(con, "_supply__rows")
@@ -183,8 +196,27 @@ class Bounded:
         swap(con, "_supply", stmts)
         self._supply = split
         self._ordered = ordered
+        self._regresses = steps.regresses()
         self._losses = sum_losses(pa.concat_tables(losses))
         return True
+
+    def finish(self, con: duckdb.DuckDBPyConnection) -> bool:
+        """After every view: ``table_checks`` (a view, its SQL run when read) materialized
+        by its SQL with no supply rows standing for ``_supply`` where the ``_supply_rows``
+        stream showed no step regressing (its supply part then counts 0 whatever the rows;
+        lineage/supply_steps.py). At the end, so that the spilled ``_supply`` is not touched;
+        at creation the query ran while ``_supply`` was being spilled. False: left alone."""
+        if self._regresses is False:
+            ((n,),) = con.execute("SELECT count(*) FROM duckdb_views() "
+                                  "WHERE view_name = 'table_checks'").fetchall()
+            if n == 1:
+                with supply_standing(con, None):
+                    con.execute("CREATE TEMP TABLE table_checks__rows AS "
+                                "SELECT * FROM table_checks")
+                swap(con, "table_checks", con.extract_statements(load_sql("table_checks")))
+                self.checks_without_supply = True
+                return True
+        return False
 
     def _supply_ordered(self, con: duckdb.DuckDBPyConnection, stmts: list) -> bool:
         """The view's one row from the facts the ``_supply`` loop gathered (no scan of the
@@ -394,12 +426,9 @@ class Bounded:
         # _boundaries: only the moved episodes' rows, of the ranges holding them
         flips = con.sql("SELECT * FROM _window_flips").to_arrow_table()
         moved = flips["ep"]
-        con.register("_moved_eps", pa.table({"ep": np.unique(as_numpy(moved, np.int64))}))
-        moved_entries = con.sql("SELECT e.* FROM _entries AS e SEMI JOIN _moved_eps AS m "
-                                "ON e.ep = m.ep").to_arrow_table()
-        con.unregister("_moved_eps")
         inputs = {"_chain_validity": only_episodes(validity, moved),
-                  "_entries": ranges.by_episode(moved_entries),
+                  # its SQL reads ep and len(chain) of _entries: the range files hold both
+                  "_entries": chain_lengths(only_episodes(entries, moved)),
                   # each range's own flips: the view's DISTINCT over all of them, per range,
                   # grew with ranges x flips
                   "_window_flips": ranges.by_episode(flips)}

@@ -11,8 +11,9 @@ The range files keep the ``_chain_validity`` columns these views read (VALIDITY_
                       NumPy (rows appended; where it steps aside, the view's SQL, whole)
     _window_flips     once: its SQL with _chain_validity := _chain_rest's rows
     _boundaries       per range r holding a moved episode: its SQL with _chain_validity,
-                      _entries and _window_flips := the moved episodes' rows of r (their
-                      _entries rows fetched once from the table)
+                      _entries and _window_flips := the moved episodes' rows of r (_entries:
+                      ep and a chain of as many NULL keys as theirs, from the range files;
+                      the SQL reads len(e.chain) alone)
 
 Episode ``ep`` (1-based, dense) lies in range ``(ep - 1) // size``. Each of these views reads
 ``_chain_validity`` and ``_entries`` only through rows of one episode (``GROUP BY ep``, joins
@@ -38,6 +39,10 @@ from lineage.part_files import PartWriter
 # tests set this to check that a lost episode range changes the answer (negative control): the
 # last range is then skipped by _episode_depths and _boundaries
 _FAULT_DROP_LAST_RANGE = False
+
+# tests set this to check that a wrong chain length changes _boundaries (negative control):
+# each chain is then one key shorter
+_FAULT_CHAIN_LENGTH = False
 
 # the _chain_validity columns _episode_depths and _boundaries read, kept in the range files
 VALIDITY_COLUMNS = ["ep", "is_rec", "pos", "end_tokens", "has_window", "valid_entry",
@@ -143,11 +148,36 @@ _NONE = np.int64(-1)  # "no row": end_tokens and pos are >= 0
 
 
 def entry_keys(entries: pa.Table) -> pa.Table:
-    """The ``_entries`` columns :func:`episode_depths` reads (the chain's length, not the chain)."""
+    """The ``_entries`` columns :func:`episode_depths` and ``_boundaries`` read (the chains'
+    lengths, not the chains)."""
     return pa.table({
         "ep": entries["ep"], "has_window": entries["has_window"],
         "adopt_step": entries["adopt_step"],
-        "recurrent_keys": pc.cast(pc.list_value_length(entries["recurrent_chain"]), pa.int64())})
+        "recurrent_keys": pc.cast(pc.list_value_length(entries["recurrent_chain"]), pa.int64()),
+        "attention_keys": pc.cast(pc.list_value_length(entries["chain"]), pa.int64())})
+
+
+def chain_lengths(rows: Source) -> Source:
+    """``_boundaries``' ``_entries`` rows from the range files: ``ep`` and a ``chain`` of
+    ``attention_keys`` NULL keys (its SQL reads ``len(e.chain)`` alone), so that no step
+    fetches the chains from the spilled ``_entries``."""
+    def get(r: int | None) -> pa.Table:
+        t = rows(r)
+        n = as_numpy(t["attention_keys"], np.int64)
+        if _FAULT_CHAIN_LENGTH:
+            n = np.maximum(n - 1, 0)
+        return pa.table({"ep": t["ep"], "chain": null_lists(n)})
+    return get
+
+
+def null_lists(lengths: np.ndarray) -> pa.ListArray:
+    """Lists of ``lengths[i]`` NULL keys (``UBIGINT[]``)."""
+    offsets = np.zeros(len(lengths) + 1, np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    if offsets[-1] >= 2**31:
+        raise ValueError(f"{int(offsets[-1])} chain keys in one episode range")
+    return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)),
+                                    pa.nulls(int(offsets[-1]), pa.uint64()))
 
 
 def episode_depths(cv: pa.Table, ent: pa.Table, ga: int, gr: int) -> pa.Table | None:

@@ -111,13 +111,16 @@ def create_views(con: duckdb.DuckDBPyConnection, meta: RunMeta,
     key partition by key partition, and ``_episode_depths``, ``_window_flips`` and
     ``_boundaries`` episode range by episode range (lineage/bounded.py,
     lineage/episode_ranges.py; ``_chain_validity`` then stays its SQL view, no later view
-    reading it whole); it is closed (its scratch files removed) at the end.
+    reading it whole); at the end it may materialize views left to their SQL
+    (``Bounded.finish``: table_checks) and is closed (its scratch files removed).
     """
     if bounded is not None and sql != "current":
         raise ValueError("bounded materializations need the current SQL set")
     try:
         _create_views(con, meta, materialize, sql, on_view, parts,
                       accelerate and bounded is None, bounded, only)
+        if bounded is not None and bounded.finish(con) and on_view is not None:
+            on_view(bounded.FINISH_NAME)
     finally:
         if bounded is not None:
             bounded.close()

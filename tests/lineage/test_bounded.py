@@ -11,7 +11,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from lineage import bounded, bounded_entries, episode_ranges, gathered_supply, materialize, views
+from lineage import (
+    bounded,
+    bounded_entries,
+    episode_ranges,
+    gathered_supply,
+    materialize,
+    supply_steps,
+    views,
+)
 from lineage.synth import D0_SYNTH, SynthConfig, synthesize
 from lineage.table import events_to_table
 
@@ -25,6 +33,8 @@ COMPARED = PUBLIC + ("_entries", "_supply", "_supply_ordered", "_chain_validity"
 
 ALL_BOUNDED = set(bounded.ENTRY_NAMES + bounded.NAMES + bounded.FACT_NAMES
                   + bounded.RANGE_NAMES + bounded.GATHERED_NAMES)
+
+
 # _chain_validity's rows as the range views read them (written by the bounded path)
 VALIDITY = "_chain_validity (range files)"
 
@@ -205,6 +215,98 @@ def test_a_lost_episode_range_changes_the_rows(tmp_path, monkeypatch):
     assert bad["_episode_depths"] != want["_episode_depths"]
     assert bad["_boundaries"] != want["_boundaries"]
     assert bad["episode_lineage"] != want["episode_lineage"]
+
+
+def test_boundaries_chain_lengths_from_the_range_files(tmp_path, monkeypatch):
+    """_boundaries reads _entries' ep and len(chain) from the entries range files (a chain of
+    NULL keys as long as the episode's; equal rows above). Negative control: each chain one key
+    shorter changes _boundaries, and nothing before it."""
+    table = TABLES["S2-tight"]()
+    want = parquet_answers(table, tmp_path, accelerate=False)
+    monkeypatch.setattr(episode_ranges, "_FAULT_CHAIN_LENGTH", True)
+    bad = parquet_answers(table, tmp_path, accelerate=True, parts=3)
+    assert bad[VALIDITY] == want[VALIDITY]
+    assert bad["_window_flips"] == want["_window_flips"]
+    assert bad["_boundaries"] != want["_boundaries"]
+
+
+@pytest.mark.parametrize("name", ["S2-tight", "regressed1"])
+def test_table_checks_without_supply_rows_where_no_step_regresses(name, tmp_path, monkeypatch):
+    """table_checks is materialized at the end over no supply rows where the _supply_rows
+    stream showed no step regressing (S2-tight), left to its SQL over the whole _supply where
+    one does (regressed1); equal rows both ways.
+    Negative control: the check answering "none" on regressed1 changes table_checks."""
+    table = TABLES[name]()
+    want = parquet_answers(table, tmp_path, accelerate=False)
+    finished: list[bool] = []
+    real = bounded.Bounded.finish
+
+    def spy(self, con):
+        done = real(self, con)
+        finished.append(done)
+        return done
+
+    monkeypatch.setattr(bounded.Bounded, "finish", spy)
+    got = parquet_answers(table, tmp_path, accelerate=True, parts=3)
+    regressions = want["table_checks"][0][-1]
+    assert (regressions == 0) == (name == "S2-tight")
+    assert finished == [regressions == 0]
+    assert got["table_checks"] == want["table_checks"]
+    if regressions:
+        monkeypatch.setattr(supply_steps, "_FAULT_NEVER_REGRESSES", True)
+        bad = parquet_answers(table, tmp_path, accelerate=True, parts=3)
+        assert bad["table_checks"] != want["table_checks"]
+
+
+def test_finish_is_reported_to_on_view(tmp_path):
+    """create_views reports the end-of-run table_checks to ``on_view`` (the benchmark's
+    per-view timing) after every view."""
+    path = tmp_path / "events.parquet"
+    pq.write_table(TABLES["S2-tight"](), path)
+    seen: list[str] = []
+    con = views.connect_parquet([str(path)], database=str(tmp_path / "db.duckdb"),
+                                memory_limit="1GB", temp_directory=str(tmp_path / "spill"),
+                                threads=1, accelerate=True, bounded_parts=3,
+                                on_view=seen.append)
+    assert seen[-1] == bounded.FINISH_NAME and seen.count("table_checks") == 1
+    ((kind,),) = con.execute("SELECT table_type FROM information_schema.tables "
+                             "WHERE table_name = 'table_checks'").fetchall()
+    assert kind == "LOCAL TEMPORARY"
+    con.close()
+
+
+def test_step_bounds_regress_as_the_sql_counts():
+    """supply_steps.StepBounds over random (step, seq) rows split in parts: regresses() is
+    whether table_checks.sql's count over them is positive (that SQL run in DuckDB)."""
+    import duckdb
+    import numpy as np
+
+    rng = np.random.default_rng(5)
+    con = duckdb.connect()
+    sql = views.load_sql("table_checks")
+    start = sql.index("step_bounds AS (")
+    q = ("WITH " + sql[start:sql.index("SELECT\n    s.events")]
+         + "SELECT n FROM regressions")
+    seen = set()
+    for _ in range(60):
+        n = int(rng.integers(1, 40))
+        seq = rng.permutation(n * 2)[:n]
+        step = np.sort(rng.integers(-1, 8, n))[np.argsort(np.argsort(seq))]
+        if rng.random() < 0.5:  # some inversions
+            i, j = rng.integers(0, n, 2)
+            step[i], step[j] = step[j], step[i]
+        rows = pa.table({"step": pa.array(step), "seq": pa.array(seq)})
+        con.register("_supply", rows)
+        ((count,),) = con.execute(q).fetchall()
+        b = supply_steps.StepBounds()
+        for part in np.array_split(np.arange(n), 3):
+            b.add(rows.take(pa.array(part)))
+        assert b.regresses() == (count > 0)
+        seen.add(count > 0)
+    assert seen == {True, False}
+    big = supply_steps.StepBounds()  # a seq past int32: not known (table_checks' SQL runs)
+    big.add(pa.table({"step": pa.array([0, 1]), "seq": pa.array([1, 2**40])}))
+    assert big.regresses() is None
 
 
 @pytest.mark.slow
