@@ -111,9 +111,6 @@ class Bounded:
     ``temp_directory``. ``create_views`` calls :meth:`materialize` at each materialized view and
     :meth:`close` at the end."""
 
-    EXTRA_NAMES = EXTRA_NAMES
-    FINISH_NAME = FINISH_NAME
-
     def __init__(self, parts: int, temp_directory: str) -> None:
         if not 1 <= parts <= 4096:
             raise ValueError(f"parts must be 1..4096, got {parts}")

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import duckdb
 import pyarrow as pa
 
-from lineage.bounded import Bounded
+from lineage.bounded import EXTRA_NAMES, FINISH_NAME, Bounded
 from lineage.materialize import Accelerator, accelerated, keep_rows, materialize_sql
 from lineage.probe import chain_validity_rows, probe_rows
 from lineage.sql_files import (
@@ -120,7 +120,7 @@ def create_views(con: duckdb.DuckDBPyConnection, meta: RunMeta,
         _create_views(con, meta, materialize, sql, on_view, parts,
                       accelerate and bounded is None, bounded, only)
         if bounded is not None and bounded.finish(con) and on_view is not None:
-            on_view(bounded.FINISH_NAME)
+            on_view(FINISH_NAME)
     finally:
         if bounded is not None:
             bounded.close()
@@ -303,7 +303,7 @@ def connect_parquet(paths: list[str], meta: RunMeta | None = None, *, database: 
                           else bounded_parts, temp_directory)
     heavy = HEAVY_SETS[sql] if materialize else ()
     if bounded is not None:  # views it computes from rows gathered on the way (else their SQL)
-        heavy += bounded.EXTRA_NAMES
+        heavy += EXTRA_NAMES
     create_views(con, meta, heavy, sql, on_view, parts, accelerate=False, bounded=bounded)
     return con
 
