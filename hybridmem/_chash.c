@@ -34,7 +34,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define CHASH_API_VERSION 3 /* hybridmem/hashing.py _CHASH_API: bump both on any change */
+#define CHASH_API_VERSION 4 /* hybridmem/hashing.py _CHASH_API: bump both on any change */
 
 static const uint64_t IV[8] = {
     0x6A09E667F3BCC908ULL, 0xBB67AE8584CAA73BULL, 0x3C6EF372FE94F82BULL, 0xA54FF53A5F1D36F1ULL,
@@ -193,9 +193,133 @@ LANES_ATTR static void compress2(uint64_t ha[8], const uint8_t ba[128], uint64_t
     ha[0] ^= fault_mask;
     hb[0] ^= fault_mask ^ lane_fault_mask;
 }
+
+/* compress on one block with the state's four rows in four 256-bit vectors (RFC 7693 3.2 laid
+ * out by rows): a = v0..3 (h0..3), b = v4..7 (h4..7), c = v8..11 (IV0..3), d = v12..15 (IV4..7
+ * ^ t, f). One G on the rows is the four column G's of a round at once, lane i the column
+ * (i, 4 + i, 8 + i, 12 + i); the message words of lane i are m[SIGMA[r][2i]], m[SIGMA[r][2i+1]].
+ * For the diagonal G's b stays where it is and a, c, d are turned by lane permutes so that lane
+ * j holds the diagonal through b's word 4 + j: (a[j-1], b[j], c[j+1], d[j+2]), i.e. the G's
+ * (3, 4, 9, 14), (0, 5, 10, 15), (1, 6, 11, 12), (2, 7, 8, 13) with their SIGMA words 14/15, 8/9,
+ * 10/11, 12/13. (a, c and d were written a few steps before they are read again, so the
+ * permutes run beside b's rotations; b, read first, is never waited for.) Then the turns are
+ * undone. Same words, same arithmetic as compress, which stays the definition.
+ *
+ * Built twice from the macros below: for AVX2 (rotations by 32, 24, 16 as byte shuffles, by 63
+ * as shift, add, xor, as compress2) and for AVX-512VL (each rotation one vprorq on the same
+ * 256-bit vectors). chain_run uses the best the CPU has (vec_level at import: 2 with AVX-512VL,
+ * 1 with AVX2, 0 = compress; _set_vector in tests). One message's G's are one dependent chain
+ * (~12 operations each), so compress_vv runs two messages' rows side by side, for chain_pair. */
+static int vec_level = 0;           /* 0: compress, 1: AVX2 rows, 2: AVX-512VL rows */
+static uint64_t vec_fault_mask = 0; /* tests only: XORed into h[0] by every row compression */
+
+#define VADD(x, y) _mm256_add_epi64((x), (y))
+#define VXOR(x, y) _mm256_xor_si256((x), (y))
+
+/* G on the four lanes of rows a, b, c, d: x, y the lanes' message words (x is added to a
+ * before b is ready). VROT32 .. VROT63 are defined per instruction set below. */
+#define GV(a, b, c, d, x, y)                 \
+    do {                                     \
+        a = VADD(VADD(a, (x)), b);           \
+        d = VROT32(VXOR(d, a));              \
+        c = VADD(c, d);                      \
+        b = VROT24(VXOR(b, c));              \
+        a = VADD(VADD(a, (y)), b);           \
+        d = VROT16(VXOR(d, a));              \
+        c = VADD(c, d);                      \
+        b = VROT63(VXOR(b, c));              \
+    } while (0)
+
+/* block's message words m[SIGMA[r][i0]], ... in lanes 0..3: four broadcast loads, three
+ * blends (no shuffle unit) */
+#define MB(blk, r, i) _mm256_set1_epi64x((long long)load64((blk) + 8 * SIGMA[(r) % 10][i]))
+#define MV(blk, r, i0, i1, i2, i3)                                             \
+    _mm256_blend_epi32(                                                        \
+        _mm256_blend_epi32(_mm256_blend_epi32(MB(blk, r, i0), MB(blk, r, i1), 0x0C), \
+                           MB(blk, r, i2), 0x30),                              \
+        MB(blk, r, i3), 0xC0)
+
+#define TURN(x, s) x = _mm256_permute4x64_epi64(x, s)
+#define ROUNDV(r, blk, a, b, c, d)                                                    \
+    do {                                                                              \
+        GV(a, b, c, d, MV(blk, r, 0, 2, 4, 6), MV(blk, r, 1, 3, 5, 7));               \
+        TURN(a, _MM_SHUFFLE(2, 1, 0, 3));                                             \
+        TURN(c, _MM_SHUFFLE(0, 3, 2, 1));                                             \
+        TURN(d, _MM_SHUFFLE(1, 0, 3, 2));                                             \
+        GV(a, b, c, d, MV(blk, r, 14, 8, 10, 12), MV(blk, r, 15, 9, 11, 13));         \
+        TURN(a, _MM_SHUFFLE(0, 3, 2, 1));                                             \
+        TURN(c, _MM_SHUFFLE(2, 1, 0, 3));                                             \
+        TURN(d, _MM_SHUFFLE(1, 0, 3, 2));                                             \
+    } while (0)
+
+/* the 16-word work vector of h, t, last as rows (RFC 7693 3.2) */
+#define ROWS_INIT(h, t, last, h0, h1, a, b, c, d)                                       \
+    const __m256i h0 = _mm256_loadu_si256((const __m256i *)(h));                      \
+    const __m256i h1 = _mm256_loadu_si256((const __m256i *)((h) + 4));                \
+    __m256i a = h0, b = h1, c = _mm256_loadu_si256((const __m256i *)IV);              \
+    __m256i d = VXOR(_mm256_loadu_si256((const __m256i *)(IV + 4)),                   \
+                     _mm256_set_epi64x(0, (last) ? -1LL : 0, 0, (long long)(t)))
+/* h ^= v[0..7] ^ v[8..15] */
+#define ROWS_FINISH(h, h0, h1, a, b, c, d)                                              \
+    do {                                                                              \
+        _mm256_storeu_si256((__m256i *)(h), VXOR(h0, VXOR(a, c)));                    \
+        _mm256_storeu_si256((__m256i *)((h) + 4), VXOR(h1, VXOR(b, d)));              \
+        (h)[0] ^= fault_mask ^ vec_fault_mask;                                        \
+    } while (0)
+
+#define ROUNDS_ONE(r) ROUNDV(r, block, a, b, c, d)
+#define ROUNDS_TWO(r)                       \
+    do {                                    \
+        ROUNDV(r, ba, xa, xb, xc, xd);      \
+        ROUNDV(r, bb, ya, yb, yc, yd);    \
+    } while (0)
+#define TWELVE(R) R(0); R(1); R(2); R(3); R(4); R(5); R(6); R(7); R(8); R(9); R(10); R(11)
+
+/* compress_v_SUF (one block), compress_vv_SUF (two independent blocks, lane for lane the same
+ * as two compress_v), chain_run_v_SUF (chain_run with compress_v) and chain_run_two_v_SUF
+ * (chain_run_two with compress_vv), all compiled for ATTR's instruction set. */
+#define ROWS_FUNCTIONS(SUF, ATTR)                                                            \
+    ATTR static inline void compress_v_##SUF(uint64_t h[8], const uint8_t block[128],         \
+                                             uint64_t t, int last) {                          \
+        ROWS_INIT(h, t, last, h0, h1, a, b, c, d);                                           \
+        TWELVE(ROUNDS_ONE);                                                                  \
+        ROWS_FINISH(h, h0, h1, a, b, c, d);                                                  \
+    }                                                                                        \
+    ATTR static inline void compress_vv_##SUF(uint64_t ha[8], const uint8_t ba[128],          \
+                                              uint64_t ta, int la, uint64_t hb[8],            \
+                                              const uint8_t bb[128], uint64_t tb, int lb) {   \
+        ROWS_INIT(ha, ta, la, ha0, ha1, xa, xb, xc, xd);                                     \
+        ROWS_INIT(hb, tb, lb, hb0, hb1, ya, yb, yc, yd);                                   \
+        TWELVE(ROUNDS_TWO);                                                                  \
+        ROWS_FINISH(ha, ha0, ha1, xa, xb, xc, xd);                                           \
+        ROWS_FINISH(hb, hb0, hb1, ya, yb, yc, yd);                                         \
+    }                                                                                        \
+    ATTR static int chain_run_v_##SUF(chain_state *s) {                                      \
+        while (s->c < s->chunks) {                                                           \
+            uint64_t t;                                                                      \
+            int last;                                                                        \
+            const uint8_t *b = chain_block(s, &t, &last);                                    \
+            compress_v_##SUF(s->h, b, t, last);                                              \
+            if (last && chain_done(s) < 0) return -1;                                        \
+        }                                                                                    \
+        return 0;                                                                            \
+    }                                                                                        \
+    ATTR static int chain_run_two_v_##SUF(chain_state *a, chain_state *b) {                  \
+        while (a->c < a->chunks && b->c < b->chunks) {                                       \
+            uint64_t ta, tb;                                                                 \
+            int la, lb;                                                                      \
+            const uint8_t *ba = chain_block(a, &ta, &la), *bb = chain_block(b, &tb, &lb);    \
+            compress_vv_##SUF(a->h, ba, ta, la, b->h, bb, tb, lb);                           \
+            if (la && chain_done(a) < 0) return -1;                                          \
+            if (lb && chain_done(b) < 0) return -1;                                          \
+        }                                                                                    \
+        if (chain_run_v_##SUF(a) < 0) return -1;                                             \
+        return chain_run_v_##SUF(b);                                                         \
+    }
 #else
 #define CHASH_LANES 0
 static const int lanes_on = 0; /* no vector path: chain_pair hashes one chain after the other */
+static const int vec_level = 0; /* no vector path: chain_run uses compress */
 #endif
 
 /* RFC 7693 3.3: unkeyed BLAKE2b of len bytes into h (digest = h's first outlen LE bytes).
@@ -380,8 +504,39 @@ static inline int chain_done(chain_state *s) {
     return 0;
 }
 
-/* The rest of one chain, one compression at a time (the definition). 0 or -1. */
+#if CHASH_LANES
+/* the rows for AVX2 */
+#define VROT32(x) _mm256_shuffle_epi32((x), _MM_SHUFFLE(2, 3, 0, 1))
+#define VROT24(x)                                                                          \
+    _mm256_shuffle_epi8((x), _mm256_setr_epi8(3, 4, 5, 6, 7, 0, 1, 2, 11, 12, 13, 14, 15, 8, \
+                                              9, 10, 3, 4, 5, 6, 7, 0, 1, 2, 11, 12, 13, 14,  \
+                                              15, 8, 9, 10))
+#define VROT16(x)                                                                          \
+    _mm256_shuffle_epi8((x), _mm256_setr_epi8(2, 3, 4, 5, 6, 7, 0, 1, 10, 11, 12, 13, 14, 15, \
+                                              8, 9, 2, 3, 4, 5, 6, 7, 0, 1, 10, 11, 12, 13,   \
+                                              14, 15, 8, 9))
+#define VROT63(x) VXOR(_mm256_srli_epi64((x), 63), VADD((x), (x)))
+ROWS_FUNCTIONS(avx2, LANES_ATTR)
+#undef VROT32
+#undef VROT24
+#undef VROT16
+#undef VROT63
+
+/* the rows for AVX-512VL: the same 256-bit vectors, rotations by vprorq */
+#define VROT32(x) _mm256_ror_epi64((x), 32)
+#define VROT24(x) _mm256_ror_epi64((x), 24)
+#define VROT16(x) _mm256_ror_epi64((x), 16)
+#define VROT63(x) _mm256_ror_epi64((x), 63)
+ROWS_FUNCTIONS(avx512, __attribute__((target("avx2,avx512f,avx512vl"))))
+#endif
+
+/* The rest of one chain, one compression at a time: compress (the definition), or compress_v
+ * where vec_on. 0 or -1. */
 static int chain_run(chain_state *s) {
+#if CHASH_LANES
+    if (vec_level == 2) return chain_run_v_avx512(s);
+    if (vec_level == 1) return chain_run_v_avx2(s);
+#endif
     while (s->c < s->chunks) {
         uint64_t t;
         int last;
@@ -395,7 +550,10 @@ static int chain_run(chain_state *s) {
 #if CHASH_LANES
 /* Two chains at once: while both have blocks left, one compress2 per pair of blocks (each
  * lane exactly compress's arithmetic), then each chain's rest one at a time. */
+static int pair_rows = 0; /* MEASURE */
 static int chain_run_two(chain_state *a, chain_state *b) {
+    if (pair_rows && vec_level == 2) return chain_run_two_v_avx512(a, b);
+    if (pair_rows && vec_level == 1) return chain_run_two_v_avx2(a, b);
     while (a->c < a->chunks && b->c < b->chunks) {
         uint64_t ta, tb;
         int la, lb;
@@ -514,6 +672,31 @@ static PyObject *py_set_lane_fault(PyObject *self, PyObject *arg) {
     Py_RETURN_NONE;
 }
 
+/* _set_vector(on) -> whether chain_run now uses compress_v (refused, returning False, where the
+ * CPU or the build has no AVX2); _set_vector_fault(mask): tests only, XORed into h[0] by every
+ * compress_v (0 = none). */
+static PyObject *py_set_vector(PyObject *self, PyObject *arg) {
+    long on = PyLong_AsLong(arg);
+    if (on == -1 && PyErr_Occurred()) return NULL;
+    if (on <= -1) { pair_rows = 1; on = -on; } else pair_rows = 0;
+#if CHASH_LANES
+    vec_level = on > 0 && __builtin_cpu_supports("avx2") ? 1 : 0;
+    if (on > 1 && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512f")) vec_level = 2;
+    return PyLong_FromLong(vec_level);
+#else
+    Py_RETURN_FALSE;
+#endif
+}
+
+static PyObject *py_set_vector_fault(PyObject *self, PyObject *arg) {
+    unsigned long long mask = PyLong_AsUnsignedLongLong(arg);
+    if (mask == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
+#if CHASH_LANES
+    vec_fault_mask = mask;
+#endif
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"chain", py_chain, METH_VARARGS,
      "chain(kind, tokens, start, grid, chunks, tail, parent) -> list of chained keys"},
@@ -524,6 +707,9 @@ static PyMethodDef methods[] = {
     {"_set_lanes", py_set_lanes, METH_O, "tests only: chain_pair's two lanes on/off -> on"},
     {"_set_lane_fault", py_set_lane_fault, METH_O,
      "tests only: XOR a mask into the second lane of every two-lane compression"},
+    {"_set_vector", py_set_vector, METH_O, "tests only: chain_run's vector rows on/off -> on"},
+    {"_set_vector_fault", py_set_vector_fault, METH_O,
+     "tests only: XOR a mask into every one-block vector compression"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -539,9 +725,11 @@ PyMODINIT_FUNC PyInit__chash(void) {
 #if CHASH_LANES
     __builtin_cpu_init();
     lanes_on = __builtin_cpu_supports("avx2") != 0;
+    vec_level = !lanes_on ? 0 : __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512f") ? 2 : 1;
 #endif
     if (PyModule_AddIntConstant(m, "API_VERSION", CHASH_API_VERSION) < 0 ||
-        PyModule_AddIntConstant(m, "LANES", lanes_on) < 0) {
+        PyModule_AddIntConstant(m, "LANES", lanes_on) < 0 ||
+        PyModule_AddIntConstant(m, "VECTOR", vec_level) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -59,7 +59,7 @@ NO_HASH = 0  # Event.hash of an entry without a key
 _HEAD = struct.Struct("<BQI")  # kind, parent, chunk length
 _BLAKE8 = hashlib.blake2b(digest_size=8)  # copied per chunk: cheaper than the constructor
 _ATTENTION, _RECURRENT = int(StateKind.ATTENTION), int(StateKind.RECURRENT)
-_CHASH_API = 3  # hybridmem/_chash.c CHASH_API_VERSION: bump both on any interface change
+_CHASH_API = 4  # hybridmem/_chash.c CHASH_API_VERSION: bump both on any interface change
 
 
 def load_compiled(name: str = "hybridmem._chash") -> tuple[Any, str | None]:
