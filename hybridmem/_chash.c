@@ -16,14 +16,21 @@
  *         computes the same keys, or the same error, in Python.
  *     chain_pair(tokens, kind_a, grid_a, chunks_a, kind_b, grid_b, chunks_b, tail)
  *         -> (keys_a, keys_b): two chains from 0 over the same tokens, read once
- *         (on x86-64 with AVX2, detected at import: the two chains in the two lanes of one
- *         vector, compress2, while both have blocks left; the keys are the same bytes)
+ *         (on x86-64 with AVX2, detected at import: both chains' blocks in one vector
+ *         compression, compress_vv, while both have blocks left; the keys are the same bytes)
  *     blake2b(data, digest_size) -> bytes     (tests: RFC 7693 vectors, hashlib)
- *     LANES                                    1 if chain_pair uses compress2 at import
- *     _set_lanes(on) -> bool                   (tests: chain_pair's lanes on/off; False where
- *                                               there are none)
- *     _set_lane_fault(mask)                    (tests only: XORs mask into lane 1's h[0] after
- *                                               every two-lane compression; 0 = none)
+ *     LANES                                    1 if chain_pair runs its chains side by side
+ *     VECTOR                                   the compressions at import: 0 = compress (the
+ *                                              scalar definition), 1 = AVX2, 2 = AVX-512VL
+ *                                              (the state's rows in 256-bit vectors)
+ *     _set_lanes(on) -> bool                   (tests: chain_pair side by side on/off; False
+ *                                              where there is no AVX2)
+ *     _set_lane_fault(mask)                    (tests only: XORs mask into the second message's
+ *                                              h[0] after every two-message compression)
+ *     _set_vector(level) -> int                (tests: 0, 1 or 2 as VECTOR -> the level now
+ *                                              used, at most what the CPU has)
+ *     _set_vector_fault(mask)                  (tests only: XORs mask into h[0] after every
+ *                                              one-message vector compression, compress_v)
  *     _set_fault(mask)                         (tests only: XORs mask into h[0] after every
  *                                               compression, the negative control; 0 = none)
  *
@@ -34,7 +41,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define CHASH_API_VERSION 3 /* hybridmem/hashing.py _CHASH_API: bump both on any change */
+#define CHASH_API_VERSION 4 /* hybridmem/hashing.py _CHASH_API: bump both on any change */
 
 static const uint64_t IV[8] = {
     0x6A09E667F3BCC908ULL, 0xBB67AE8584CAA73BULL, 0x3C6EF372FE94F82BULL, 0xA54FF53A5F1D36F1ULL,
@@ -125,80 +132,164 @@ static void compress(uint64_t h[8], const uint8_t block[128], uint64_t t, int la
     h[0] ^= fault_mask;
 }
 
-/* compress on two independent blocks at once, lane 0 = (ha, ba, ta, la), lane 1 = (hb, ...):
- * the same arithmetic, each 64-bit word of v and m a pair of words in one 128-bit vector (VEX
- * encoded: AVX2 is what the dispatch asks for, at run time, __builtin_cpu_supports). Rotations
- * by 32, 24 and 16 are lane-wise byte shuffles, by 63 a shift, an add and an xor. Chosen at
- * run time, never by compiler flags: the module builds with plain gcc/clang and runs anywhere;
- * without AVX2 (or on another architecture) chain_pair hashes its two chains one after the
- * other with compress, which stays the definition. */
+/* The vector compressions: x86-64 with a GCC-compatible compiler only. Each is compiled for its
+ * instruction set by a target attribute (VEX / EVEX encoded) and chosen at import by
+ * __builtin_cpu_supports, never by compiler flags: the module builds with plain gcc/clang and
+ * runs anywhere; without AVX2 (or on another architecture) everything runs on compress, which
+ * stays the definition. */
 #if defined(__x86_64__) && defined(__GNUC__)
 #define CHASH_LANES 1
 #include <immintrin.h>
 
-static int lanes_on = 0;          /* set at import when the CPU has AVX2; _set_lanes in tests */
-static uint64_t lane_fault_mask = 0; /* tests only: XORed into lane 1's h[0] by compress2 */
-
 #define LANES_ATTR __attribute__((target("avx2")))
-#define ROT32(x) _mm_shuffle_epi32((x), _MM_SHUFFLE(2, 3, 0, 1))
-#define ROT24(x) _mm_shuffle_epi8((x), r24)
-#define ROT16(x) _mm_shuffle_epi8((x), r16)
-#define ROT63(x) _mm_xor_si128(_mm_srli_epi64((x), 63), _mm_add_epi64((x), (x)))
+#define ROWS512_ATTR __attribute__((target("avx2,avx512f,avx512vl")))
 
-#define G2(a, b, c, d, x, y)                                          \
-    do {                                                              \
-        v[a] = _mm_add_epi64(_mm_add_epi64(v[a], v[b]), (x));         \
-        v[d] = ROT32(_mm_xor_si128(v[d], v[a]));                      \
-        v[c] = _mm_add_epi64(v[c], v[d]);                             \
-        v[b] = ROT24(_mm_xor_si128(v[b], v[c]));                      \
-        v[a] = _mm_add_epi64(_mm_add_epi64(v[a], v[b]), (y));         \
-        v[d] = ROT16(_mm_xor_si128(v[d], v[a]));                      \
-        v[c] = _mm_add_epi64(v[c], v[d]);                             \
-        v[b] = ROT63(_mm_xor_si128(v[b], v[c]));                      \
+/* compress on one block with the state's four rows in four 256-bit vectors (RFC 7693 3.2 laid
+ * out by rows): a = v0..3 (h0..3), b = v4..7 (h4..7), c = v8..11 (IV0..3), d = v12..15 (IV4..7
+ * ^ t, f). One G on the rows is the four column G's of a round at once, lane i the column
+ * (i, 4 + i, 8 + i, 12 + i); the message words of lane i are m[SIGMA[r][2i]], m[SIGMA[r][2i+1]].
+ * For the diagonal G's b stays where it is and a, c, d are turned by lane permutes so that lane
+ * j holds the diagonal through b's word 4 + j: (a[j-1], b[j], c[j+1], d[j+2]), i.e. the G's
+ * (3, 4, 9, 14), (0, 5, 10, 15), (1, 6, 11, 12), (2, 7, 8, 13) with their SIGMA words 14/15, 8/9,
+ * 10/11, 12/13. (a, c and d were written a few steps before they are read again, so the
+ * permutes run beside b's rotations; b, read first, is never waited for.) Then the turns are
+ * undone. Same words, same arithmetic as compress, which stays the definition.
+ *
+ * Built twice from the macros below: for AVX2 (rotations by 32, 24, 16 as byte shuffles, by 63
+ * as shift, add, xor) and for AVX-512VL (each rotation one vprorq on the same 256-bit vectors).
+ * One message's G's are one dependent chain (~12 operations each: the column G's side by side
+ * are all the parallelism one message has), so compress_vv runs two independent messages' rows
+ * in the same instruction stream, for chain_pair's two chains: the CPU overlaps the two chains.
+ * vec_level (at import: 2 with AVX-512VL, 1 with AVX2, else 0 = compress) chooses;
+ * _set_vector in tests. */
+static int vec_level = 0;            /* 0: compress, 1: AVX2 rows, 2: AVX-512VL rows */
+static int lanes_on = 0;             /* chain_pair's two chains side by side (compress_vv) */
+static uint64_t vec_fault_mask = 0;  /* tests only: XORed into h[0] by compress_v */
+static uint64_t lane_fault_mask = 0; /* tests only: XORed into the second h[0] by compress_vv */
+
+#define VADD(x, y) _mm256_add_epi64((x), (y))
+#define VXOR(x, y) _mm256_xor_si256((x), (y))
+
+/* G on the four lanes of rows a, b, c, d: x, y the lanes' message words (x is added to a
+ * before b is ready). VROT32 .. VROT63 are defined per instruction set below. */
+#define GV(a, b, c, d, x, y)                                                                   \
+    do {                                                                                       \
+        a = VADD(VADD(a, (x)), b);                                                             \
+        d = VROT32(VXOR(d, a));                                                                \
+        c = VADD(c, d);                                                                        \
+        b = VROT24(VXOR(b, c));                                                                \
+        a = VADD(VADD(a, (y)), b);                                                             \
+        d = VROT16(VXOR(d, a));                                                                \
+        c = VADD(c, d);                                                                        \
+        b = VROT63(VXOR(b, c));                                                                \
     } while (0)
 
-#define ROUND2(r)                                                       \
-    do {                                                                \
-        G2(0, 4, 8, 12, m[SIGMA[(r) % 10][0]], m[SIGMA[(r) % 10][1]]);   \
-        G2(1, 5, 9, 13, m[SIGMA[(r) % 10][2]], m[SIGMA[(r) % 10][3]]);   \
-        G2(2, 6, 10, 14, m[SIGMA[(r) % 10][4]], m[SIGMA[(r) % 10][5]]);  \
-        G2(3, 7, 11, 15, m[SIGMA[(r) % 10][6]], m[SIGMA[(r) % 10][7]]);  \
-        G2(0, 5, 10, 15, m[SIGMA[(r) % 10][8]], m[SIGMA[(r) % 10][9]]);  \
-        G2(1, 6, 11, 12, m[SIGMA[(r) % 10][10]], m[SIGMA[(r) % 10][11]]); \
-        G2(2, 7, 8, 13, m[SIGMA[(r) % 10][12]], m[SIGMA[(r) % 10][13]]);  \
-        G2(3, 4, 9, 14, m[SIGMA[(r) % 10][14]], m[SIGMA[(r) % 10][15]]);  \
+/* block's message words m[SIGMA[r][i0]], ... in lanes 0..3: four broadcast loads, three
+ * blends (no shuffle unit) */
+#define MB(blk, r, i) _mm256_set1_epi64x((long long)load64((blk) + 8 * SIGMA[(r) % 10][i]))
+#define MV(blk, r, i0, i1, i2, i3)                                                             \
+    _mm256_blend_epi32(                                                                        \
+        _mm256_blend_epi32(_mm256_blend_epi32(MB(blk, r, i0), MB(blk, r, i1), 0x0C),           \
+                           MB(blk, r, i2), 0x30),                                              \
+        MB(blk, r, i3), 0xC0)
+
+#define TURN(x, s) x = _mm256_permute4x64_epi64(x, s)
+#define ROUNDV(r, blk, a, b, c, d)                                                             \
+    do {                                                                                       \
+        GV(a, b, c, d, MV(blk, r, 0, 2, 4, 6), MV(blk, r, 1, 3, 5, 7));                        \
+        TURN(a, _MM_SHUFFLE(2, 1, 0, 3));                                                      \
+        TURN(c, _MM_SHUFFLE(0, 3, 2, 1));                                                      \
+        TURN(d, _MM_SHUFFLE(1, 0, 3, 2));                                                      \
+        GV(a, b, c, d, MV(blk, r, 14, 8, 10, 12), MV(blk, r, 15, 9, 11, 13));                  \
+        TURN(a, _MM_SHUFFLE(0, 3, 2, 1));                                                      \
+        TURN(c, _MM_SHUFFLE(2, 1, 0, 3));                                                      \
+        TURN(d, _MM_SHUFFLE(1, 0, 3, 2));                                                      \
     } while (0)
 
-LANES_ATTR static void compress2(uint64_t ha[8], const uint8_t ba[128], uint64_t ta, int la,
-                                 uint64_t hb[8], const uint8_t bb[128], uint64_t tb, int lb) {
-    const __m128i r24 = _mm_setr_epi8(3, 4, 5, 6, 7, 0, 1, 2, 11, 12, 13, 14, 15, 8, 9, 10);
-    const __m128i r16 = _mm_setr_epi8(2, 3, 4, 5, 6, 7, 0, 1, 10, 11, 12, 13, 14, 15, 8, 9);
-    __m128i v[16], m[16];
-    for (int i = 0; i < 16; i++)
-        m[i] = _mm_set_epi64x((long long)load64(bb + 8 * i), (long long)load64(ba + 8 * i));
-    for (int i = 0; i < 8; i++) {
-        v[i] = _mm_set_epi64x((long long)hb[i], (long long)ha[i]);
-        v[i + 8] = _mm_set1_epi64x((long long)IV[i]);
+/* the 16-word work vector of h, t, last as rows (RFC 7693 3.2) */
+#define ROWS_INIT(h, t, last, h0, h1, a, b, c, d)                                              \
+    const __m256i h0 = _mm256_loadu_si256((const __m256i *)(h));                               \
+    const __m256i h1 = _mm256_loadu_si256((const __m256i *)((h) + 4));                         \
+    __m256i a = h0, b = h1, c = _mm256_loadu_si256((const __m256i *)IV);                       \
+    __m256i d = VXOR(_mm256_loadu_si256((const __m256i *)(IV + 4)),                            \
+                     _mm256_set_epi64x(0, (last) ? -1LL : 0, 0, (long long)(t)))
+/* h ^= v[0..7] ^ v[8..15] */
+#define ROWS_FINISH(h, h0, h1, a, b, c, d, test_mask)                                          \
+    do {                                                                                       \
+        _mm256_storeu_si256((__m256i *)(h), VXOR(h0, VXOR(a, c)));                             \
+        _mm256_storeu_si256((__m256i *)((h) + 4), VXOR(h1, VXOR(b, d)));                       \
+        (h)[0] ^= fault_mask ^ (test_mask);                                                    \
+    } while (0)
+
+#define ROUNDS_ONE(r) ROUNDV(r, block, a, b, c, d)
+#define ROUNDS_TWO(r)                                                                          \
+    do {                                                                                       \
+        ROUNDV(r, ba, xa, xb, xc, xd);                                                         \
+        ROUNDV(r, bb, ya, yb, yc, yd);                                                         \
+    } while (0)
+#define TWELVE(R) R(0); R(1); R(2); R(3); R(4); R(5); R(6); R(7); R(8); R(9); R(10); R(11)
+
+/* compress_v_SUF (one block) and compress_vv_SUF (two independent blocks, each exactly as
+ * compress_v), compiled for ATTR's instruction set. */
+#define ROWS_COMPRESSIONS(SUF, ATTR)                                                           \
+    ATTR static inline void compress_v_##SUF(uint64_t h[8], const uint8_t block[128],          \
+                                             uint64_t t, int last) {                           \
+        ROWS_INIT(h, t, last, h0, h1, a, b, c, d);                                             \
+        TWELVE(ROUNDS_ONE);                                                                    \
+        ROWS_FINISH(h, h0, h1, a, b, c, d, vec_fault_mask);                                    \
+    }                                                                                          \
+    ATTR static inline void compress_vv_##SUF(uint64_t ha[8], const uint8_t ba[128],           \
+                                              uint64_t ta, int la, uint64_t hb[8],             \
+                                              const uint8_t bb[128], uint64_t tb, int lb) {    \
+        ROWS_INIT(ha, ta, la, ha0, ha1, xa, xb, xc, xd);                                       \
+        ROWS_INIT(hb, tb, lb, hb0, hb1, ya, yb, yc, yd);                                       \
+        TWELVE(ROUNDS_TWO);                                                                    \
+        ROWS_FINISH(ha, ha0, ha1, xa, xb, xc, xd, 0);                                          \
+        ROWS_FINISH(hb, hb0, hb1, ya, yb, yc, yd, lane_fault_mask);                            \
     }
-    v[12] = _mm_xor_si128(v[12], _mm_set_epi64x((long long)tb, (long long)ta));
-    v[14] = _mm_xor_si128(v[14], _mm_set_epi64x(lb ? -1LL : 0, la ? -1LL : 0));
-    ROUND2(0); ROUND2(1); ROUND2(2); ROUND2(3); ROUND2(4); ROUND2(5);
-    ROUND2(6); ROUND2(7); ROUND2(8); ROUND2(9); ROUND2(10); ROUND2(11);
-    uint64_t out[2];
-    for (int i = 0; i < 8; i++) {
-        _mm_storeu_si128((__m128i *)out, _mm_xor_si128(v[i], v[i + 8]));
-        ha[i] ^= out[0];
-        hb[i] ^= out[1];
-    }
-    ha[0] ^= fault_mask;
-    hb[0] ^= fault_mask ^ lane_fault_mask;
+
+/* the rows for AVX2 */
+#define VROT32(x) _mm256_shuffle_epi32((x), _MM_SHUFFLE(2, 3, 0, 1))
+#define VROT24(x)                                                                              \
+    _mm256_shuffle_epi8((x), _mm256_setr_epi8(3, 4, 5, 6, 7, 0, 1, 2, 11, 12, 13, 14, 15, 8,   \
+                                              9, 10, 3, 4, 5, 6, 7, 0, 1, 2, 11, 12, 13, 14,   \
+                                              15, 8, 9, 10))
+#define VROT16(x)                                                                              \
+    _mm256_shuffle_epi8((x), _mm256_setr_epi8(2, 3, 4, 5, 6, 7, 0, 1, 10, 11, 12, 13, 14, 15,  \
+                                              8, 9, 2, 3, 4, 5, 6, 7, 0, 1, 10, 11, 12, 13,    \
+                                              14, 15, 8, 9))
+#define VROT63(x) VXOR(_mm256_srli_epi64((x), 63), VADD((x), (x)))
+ROWS_COMPRESSIONS(avx2, LANES_ATTR)
+#undef VROT32
+#undef VROT24
+#undef VROT16
+#undef VROT63
+
+/* the rows for AVX-512VL: the same 256-bit vectors, rotations by vprorq */
+#define VROT32(x) _mm256_ror_epi64((x), 32)
+#define VROT24(x) _mm256_ror_epi64((x), 24)
+#define VROT16(x) _mm256_ror_epi64((x), 16)
+#define VROT63(x) _mm256_ror_epi64((x), 63)
+ROWS_COMPRESSIONS(avx512, ROWS512_ATTR)
+
+/* one compression at vec_level (blake2b's, for the tests of every level on any message) */
+static void compress_at_level(uint64_t h[8], const uint8_t block[128], uint64_t t, int last) {
+    if (vec_level == 2)
+        compress_v_avx512(h, block, t, last);
+    else if (vec_level == 1)
+        compress_v_avx2(h, block, t, last);
+    else
+        compress(h, block, t, last);
 }
 #else
 #define CHASH_LANES 0
-static const int lanes_on = 0; /* no vector path: chain_pair hashes one chain after the other */
+static const int lanes_on = 0;  /* no vector path: chain_pair hashes one chain after the other */
+static const int vec_level = 0; /* no vector path: chain_run uses compress */
+#define compress_at_level compress
 #endif
 
-/* RFC 7693 3.3: unkeyed BLAKE2b of len bytes into h (digest = h's first outlen LE bytes).
+/* RFC 7693 3.3: unkeyed BLAKE2b of len bytes into h (digest = h's first outlen LE bytes),
+ * each block compressed at vec_level.
  * Every block but the last is compressed with last = 0; the last (zero-padded; an empty
  * message is one zero block) with t = len and last = 1. */
 static void blake2b_words(uint64_t h[8], const uint8_t *data, size_t len, unsigned outlen) {
@@ -206,13 +297,13 @@ static void blake2b_words(uint64_t h[8], const uint8_t *data, size_t len, unsign
     h[0] ^= 0x01010000ULL ^ (uint64_t)outlen;
     size_t off = 0;
     while (len - off > 128) {
-        compress(h, data + off, (uint64_t)(off + 128), 0);
+        compress_at_level(h, data + off, (uint64_t)(off + 128), 0);
         off += 128;
     }
     uint8_t block[128];
     memset(block, 0, sizeof block);
     memcpy(block, data + off, len - off);
-    compress(h, block, (uint64_t)len, 1);
+    compress_at_level(h, block, (uint64_t)len, 1);
 }
 
 static PyObject *py_blake2b(PyObject *self, PyObject *args) {
@@ -380,8 +471,45 @@ static inline int chain_done(chain_state *s) {
     return 0;
 }
 
-/* The rest of one chain, one compression at a time (the definition). 0 or -1. */
+#if CHASH_LANES
+/* chain_run_v_SUF (chain_run with compress_v_SUF) and chain_run_two_v_SUF (chain_run_two with
+ * compress_vv_SUF, the rest of the longer chain with compress_v_SUF), compiled for ATTR's
+ * instruction set so the compressions are inlined. */
+#define ROWS_CHAINS(SUF, ATTR)                                                                 \
+    ATTR static int chain_run_v_##SUF(chain_state *s) {                                        \
+        while (s->c < s->chunks) {                                                             \
+            uint64_t t;                                                                        \
+            int last;                                                                          \
+            const uint8_t *b = chain_block(s, &t, &last);                                      \
+            compress_v_##SUF(s->h, b, t, last);                                                \
+            if (last && chain_done(s) < 0) return -1;                                          \
+        }                                                                                      \
+        return 0;                                                                              \
+    }                                                                                          \
+    ATTR static int chain_run_two_v_##SUF(chain_state *a, chain_state *b) {                    \
+        while (a->c < a->chunks && b->c < b->chunks) {                                         \
+            uint64_t ta, tb;                                                                   \
+            int la, lb;                                                                        \
+            const uint8_t *ba = chain_block(a, &ta, &la), *bb = chain_block(b, &tb, &lb);      \
+            compress_vv_##SUF(a->h, ba, ta, la, b->h, bb, tb, lb);                             \
+            if (la && chain_done(a) < 0) return -1;                                            \
+            if (lb && chain_done(b) < 0) return -1;                                            \
+        }                                                                                      \
+        if (chain_run_v_##SUF(a) < 0) return -1;                                               \
+        return chain_run_v_##SUF(b);                                                           \
+    }
+
+ROWS_CHAINS(avx2, LANES_ATTR)
+ROWS_CHAINS(avx512, ROWS512_ATTR)
+#endif
+
+/* The rest of one chain, one compression at a time: compress (the definition), or compress_v
+ * at vec_level. 0 or -1. */
 static int chain_run(chain_state *s) {
+#if CHASH_LANES
+    if (vec_level == 2) return chain_run_v_avx512(s);
+    if (vec_level == 1) return chain_run_v_avx2(s);
+#endif
     while (s->c < s->chunks) {
         uint64_t t;
         int last;
@@ -393,17 +521,12 @@ static int chain_run(chain_state *s) {
 }
 
 #if CHASH_LANES
-/* Two chains at once: while both have blocks left, one compress2 per pair of blocks (each
- * lane exactly compress's arithmetic), then each chain's rest one at a time. */
+/* Two chains at once: while both have blocks left, one compress_vv per pair of blocks (each
+ * message exactly compress's arithmetic), then the rest of the longer one with compress_v
+ * (without rows, vec_level 0: one chain after the other with compress). */
 static int chain_run_two(chain_state *a, chain_state *b) {
-    while (a->c < a->chunks && b->c < b->chunks) {
-        uint64_t ta, tb;
-        int la, lb;
-        const uint8_t *ba = chain_block(a, &ta, &la), *bb = chain_block(b, &tb, &lb);
-        compress2(a->h, ba, ta, la, b->h, bb, tb, lb);
-        if (la && chain_done(a) < 0) return -1;
-        if (lb && chain_done(b) < 0) return -1;
-    }
+    if (vec_level == 2) return chain_run_two_v_avx512(a, b);
+    if (vec_level == 1) return chain_run_two_v_avx2(a, b);
     if (chain_run(a) < 0) return -1;
     return chain_run(b);
 }
@@ -492,13 +615,23 @@ static PyObject *py_set_fault(PyObject *self, PyObject *arg) {
     Py_RETURN_NONE;
 }
 
-/* _set_lanes(on) -> whether chain_pair now uses compress2: tests compare both paths (on is
- * refused, returning False, where the CPU or the build has no lanes). */
+#if CHASH_LANES
+/* the best vec_level this CPU has (libgcc's cpu model checks the OS saves the registers) */
+static int cpu_vec_level(void) {
+    if (!__builtin_cpu_supports("avx2")) return 0;
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl")) return 2;
+    return 1;
+}
+#endif
+
+/* _set_lanes(on) -> whether chain_pair now runs its two chains side by side (compress_vv): tests
+ * compare both paths (on is refused, returning False, where the CPU or the build has no
+ * AVX2). */
 static PyObject *py_set_lanes(PyObject *self, PyObject *arg) {
     int on = PyObject_IsTrue(arg);
     if (on < 0) return NULL;
 #if CHASH_LANES
-    lanes_on = on && __builtin_cpu_supports("avx2") != 0;
+    lanes_on = on && cpu_vec_level() > 0;
     return PyBool_FromLong(lanes_on);
 #else
     Py_RETURN_FALSE;
@@ -514,6 +647,32 @@ static PyObject *py_set_lane_fault(PyObject *self, PyObject *arg) {
     Py_RETURN_NONE;
 }
 
+/* _set_vector(level) -> the level now used by the compressions: 0 = compress (the definition),
+ * 1 = AVX2 rows, 2 = AVX-512VL rows; a level the CPU or the build lacks gives the best one
+ * below it. _set_vector_fault(mask): tests only, XORed into h[0] by every compress_v (0 =
+ * none). */
+static PyObject *py_set_vector(PyObject *self, PyObject *arg) {
+    long level = PyLong_AsLong(arg);
+    if (level == -1 && PyErr_Occurred()) return NULL;
+    if (level < 0 || level > 2) return PyErr_Format(PyExc_ValueError, "level must be 0..2");
+#if CHASH_LANES
+    int best = cpu_vec_level();
+    vec_level = (int)level < best ? (int)level : best;
+    return PyLong_FromLong(vec_level);
+#else
+    return PyLong_FromLong(0);
+#endif
+}
+
+static PyObject *py_set_vector_fault(PyObject *self, PyObject *arg) {
+    unsigned long long mask = PyLong_AsUnsignedLongLong(arg);
+    if (mask == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
+#if CHASH_LANES
+    vec_fault_mask = mask;
+#endif
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"chain", py_chain, METH_VARARGS,
      "chain(kind, tokens, start, grid, chunks, tail, parent) -> list of chained keys"},
@@ -521,9 +680,14 @@ static PyMethodDef methods[] = {
      "chain_pair(tokens, kind_a, grid_a, chunks_a, kind_b, grid_b, chunks_b, tail) -> (a, b)"},
     {"blake2b", py_blake2b, METH_VARARGS, "blake2b(data, digest_size) -> digest bytes"},
     {"_set_fault", py_set_fault, METH_O, "tests only: XOR a mask into every compression"},
-    {"_set_lanes", py_set_lanes, METH_O, "tests only: chain_pair's two lanes on/off -> on"},
+    {"_set_lanes", py_set_lanes, METH_O,
+     "tests only: chain_pair's two chains side by side on/off -> on"},
     {"_set_lane_fault", py_set_lane_fault, METH_O,
-     "tests only: XOR a mask into the second lane of every two-lane compression"},
+     "tests only: XOR a mask into the second message of every two-message compression"},
+    {"_set_vector", py_set_vector, METH_O,
+     "tests only: the compressions' vector level 0..2 -> the level granted"},
+    {"_set_vector_fault", py_set_vector_fault, METH_O,
+     "tests only: XOR a mask into every one-message vector compression"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -538,10 +702,12 @@ PyMODINIT_FUNC PyInit__chash(void) {
     if (m == NULL) return NULL;
 #if CHASH_LANES
     __builtin_cpu_init();
-    lanes_on = __builtin_cpu_supports("avx2") != 0;
+    vec_level = cpu_vec_level();
+    lanes_on = vec_level > 0;
 #endif
     if (PyModule_AddIntConstant(m, "API_VERSION", CHASH_API_VERSION) < 0 ||
-        PyModule_AddIntConstant(m, "LANES", lanes_on) < 0) {
+        PyModule_AddIntConstant(m, "LANES", lanes_on) < 0 ||
+        PyModule_AddIntConstant(m, "VECTOR", vec_level) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -25,9 +25,11 @@ digest of 0 is mapped to 1. The bytes hashed per chunk::
 on one of two paths that give the same keys::
 
     compiled  hybridmem._chash.chain (hybridmem/_chash.c: BLAKE2b from RFC 7693): the whole chain
-              in one call, tokens read straight from a list or tuple of ints; ``chain_pair``
-              hashes its two chains in the two lanes of one vector where the CPU has AVX2
-              (detected at import; the scalar compression stays the definition and fallback)
+              in one call, tokens read straight from a list or tuple of ints; where the CPU
+              has AVX2 (AVX-512VL: faster rotations; detected at import) each compression
+              holds the state's rows in 256-bit vectors, and ``chain_pair`` runs its two chains
+              side by side in one instruction stream (the scalar compression stays the
+              definition and the fallback)
     Python    all tokens packed in one call, one ``update`` per chunk on a copy of a preset
               hashlib blake2b object (:func:`_chain_over`; the reference)
 
@@ -59,7 +61,7 @@ NO_HASH = 0  # Event.hash of an entry without a key
 _HEAD = struct.Struct("<BQI")  # kind, parent, chunk length
 _BLAKE8 = hashlib.blake2b(digest_size=8)  # copied per chunk: cheaper than the constructor
 _ATTENTION, _RECURRENT = int(StateKind.ATTENTION), int(StateKind.RECURRENT)
-_CHASH_API = 3  # hybridmem/_chash.c CHASH_API_VERSION: bump both on any interface change
+_CHASH_API = 4  # hybridmem/_chash.c CHASH_API_VERSION: bump both on any interface change
 
 
 def load_compiled(name: str = "hybridmem._chash") -> tuple[Any, str | None]:

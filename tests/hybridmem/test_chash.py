@@ -4,6 +4,7 @@ Python path still runs without them (not built, stale build, HYBRIDMEM_HASH_PURE
 import hashlib
 import os
 import random
+import struct
 import subprocess
 import sys
 import types
@@ -126,14 +127,21 @@ def test_negative_control_one_bit_fault_in_compression_changes_every_key(python_
 
 @pytest.fixture
 def lanes():
-    """chain_pair's two-lane path (compress2) switchable; skipped where the CPU has none; the
-    import-time setting restored after."""
-    initial = bool(chash.LANES)
+    """chain_pair's two chains side by side (compress_vv) switchable; skipped where the CPU has
+    no AVX2; the import-time settings restored after."""
+    initial, level = bool(chash.LANES), chash.VECTOR
     if not chash._set_lanes(True):
-        pytest.skip("no two-lane compression here (needs x86-64 with AVX2)")
+        pytest.skip("no vector compression here (needs x86-64 with AVX2)")
     yield chash._set_lanes
     chash._set_lanes(initial)
+    chash._set_vector(level)
     chash._set_lane_fault(0)
+    chash._set_vector_fault(0)
+
+
+def _levels():
+    """The vector levels this CPU has (1: AVX2 rows, 2: AVX-512VL rows), each tried."""
+    return [level for level in (1, 2) if chash._set_vector(level) == level]
 
 
 def _pair_cases(rng):
@@ -151,16 +159,24 @@ def _pair_cases(rng):
                rng.choice(tails))
 
 
-def test_two_lanes_give_the_one_at_a_time_keys(lanes):
+def test_two_chains_side_by_side_give_the_one_at_a_time_keys(lanes):
     cases = list(_pair_cases(random.Random(20261202)))
-    assert chash.LANES in (0, 1)
-    two = [chash.chain_pair(*c) for c in cases]
-    assert sum(len(a) + len(b) for a, b in two) > 50_000  # not vacuous
+    assert chash.LANES in (0, 1) and chash.VECTOR in (0, 1, 2)
+    levels = _levels()
+    assert levels and levels[0] == 1 and chash._set_vector(0) == 0
+    with pytest.raises(ValueError, match="level must be 0..2"):
+        chash._set_vector(3)
     lanes(False)
-    assert [chash.chain_pair(*c) for c in cases] == two
-    for (tokens, ka, ga, ca, kb, gb, cb, tail), (a, b) in zip(cases, two, strict=True):
+    scalar = [chash.chain_pair(*c) for c in cases]  # compress only: the definition
+    assert sum(len(a) + len(b) for a, b in scalar) > 50_000  # not vacuous
+    for (tokens, ka, ga, ca, kb, gb, cb, tail), (a, b) in zip(cases, scalar, strict=True):
         assert (chash.chain(ka, tokens, 0, ga, ca, tail, 0),
                 chash.chain(kb, tokens, 0, gb, cb, tail, 0)) == (a, b)  # single chains
+    for level in levels:
+        assert chash._set_vector(level) == level
+        for on in (True, False):  # compress_vv + compress_v, compress_v one after the other
+            lanes(on)
+            assert [chash.chain_pair(*c) for c in cases] == scalar, (level, on)
     # D0's chains (16 and 1,792 tokens) against the per-chunk hashlib encoding
     rng = random.Random(3)
     tokens = [rng.randrange(0, 50_000) for _ in range(5000)]
@@ -170,21 +186,94 @@ def test_two_lanes_give_the_one_at_a_time_keys(lanes):
         _reference_chain(R, tokens, 1792, extra_keys("s")))
 
 
-def test_negative_control_a_fault_in_the_second_lane_changes_the_second_chain(lanes):
+def test_negative_control_a_fault_in_the_second_message_changes_the_second_chain(lanes):
     rng = random.Random(11)
     tokens = [rng.randrange(0, 50_000) for _ in range(4000)]
     tail = hashing._encode_extra(())
     args = (tokens, int(A), 16, 250, int(R), 1792, 2, tail)
     want = chash.chain_pair(*args)
-    chash._set_lane_fault(1 << 40)
-    try:
-        faulty = chash.chain_pair(*args)
-        lanes(False)
-        unaffected = chash.chain_pair(*args)  # one at a time: compress2 does not run
-    finally:
-        chash._set_lane_fault(0)
-    assert faulty[0] == want[0] and unaffected == want
-    assert len(faulty[1]) == 2 and all(f != w for f, w in zip(faulty[1], want[1], strict=True))
+    for level in _levels():
+        lanes(True)
+        chash._set_lane_fault(1 << 40)
+        try:
+            faulty = chash.chain_pair(*args)
+            lanes(False)
+            unaffected = chash.chain_pair(*args)  # one after the other: compress_vv does not run
+        finally:
+            chash._set_lane_fault(0)
+        assert faulty[0] == want[0] and unaffected == want, level
+        assert len(faulty[1]) == 2 and all(f != w for f, w in zip(faulty[1], want[1],
+                                                                   strict=True)), level
+
+
+def _raw_reference(kind, tokens, grid, chunks, tail, parent):
+    """chain's keys from its definition with hashlib: <BQI head, <nq tokens, the raw tail."""
+    keys = []
+    for c in range(chunks):
+        message = (struct.pack("<BQI", kind, parent, grid)
+                   + struct.pack(f"<{grid}q", *tokens[c * grid:(c + 1) * grid]) + tail)
+        parent = int.from_bytes(hashlib.blake2b(message, digest_size=8).digest(), "big") or 1
+        keys.append(parent)
+    return keys
+
+
+def _vector_chain_cases(rng):
+    """(kind, tokens, grid, chunks, tail, parent): chains of 0, 1, 2 and odd lengths whose
+    messages are exactly 127, 128, 129, 255, 256, 257 or 384 bytes (13 + 8 grid + tail), and
+    random grids, tails, kinds."""
+    for length in (127, 128, 129, 255, 256, 257, 384):
+        for grid in (1, 2, 14, (length - 13) // 8):
+            tail = rng.randbytes(length - 13 - 8 * grid)
+            for chunks in (0, 1, 2, 3, 7):
+                tokens = [rng.randrange(-2**63, 2**63) for _ in range(grid * chunks)]
+                yield rng.randrange(256), tokens, grid, chunks, tail, rng.randrange(2**64)
+    for _ in range(120):
+        grid = rng.choice([1, 2, 3, 15, 16, 17, 30, 31, 64, 200, 512, 1792])
+        chunks = rng.choice([0, 1, 2, 3, 5, 9, rng.randrange(0, 40)])
+        tail = rng.randbytes(rng.choice([0, 1, 4, 25, 115, 116, 128, 209, 300]))
+        tokens = [rng.randrange(-2**63, 2**63) for _ in range(grid * chunks)]
+        yield rng.randrange(256), tokens, grid, chunks, tail, rng.choice([0, 1, 2**64 - 1])
+
+
+def test_vector_compressions_give_the_scalar_bytes(lanes):
+    """compress_v at each level against compress and hashlib: blake2b (which compresses at the
+    level set) on every length around the block boundaries, and chains of 0, 1 and odd lengths
+    with messages of exactly 128, 129, 256 bytes."""
+    rng = random.Random(20261203)
+    data = [rng.randbytes(n) for n in [*range(0, 300), 383, 384, 385, 1023, 1024, 4113, 65_536]]
+    cases = list(_vector_chain_cases(rng))
+    want = [_raw_reference(*c) for c in cases]
+    assert sum(map(len, want)) > 800 and any(not k for k in want)  # not vacuous
+    assert chash._set_vector(0) == 0
+    assert [chash.chain(k, t, 0, g, c, tail, p) for k, t, g, c, tail, p in cases] == want
+    for level in _levels():
+        assert chash.blake2b(b"abc", 64).hex() == RFC_ABC_512, level
+        for d in data:
+            for size in (8, 64, 1):
+                assert chash.blake2b(d, size) == hashlib.blake2b(d, digest_size=size).digest()
+        got = [chash.chain(k, t, 0, g, c, tail, p) for k, t, g, c, tail, p in cases]
+        assert got == want, level
+
+
+def test_negative_control_a_fault_in_the_vector_compression_changes_every_key(lanes):
+    rng = random.Random(12)
+    tokens = [rng.randrange(0, 50_000) for _ in range(4096)]
+    tail = hashing._encode_extra(())
+    want = _raw_reference(int(A), tokens, 16, 256, tail, 0)
+    for level in _levels():
+        assert chash.chain(int(A), tokens, 0, 16, 256, tail, 0) == want
+        chash._set_vector_fault(1 << 9)  # one bit of h[0], after every compress_v
+        try:
+            faulty = chash.chain(int(A), tokens, 0, 16, 256, tail, 0)
+            faulty_abc = chash.blake2b(b"abc", 64).hex()
+            chash._set_vector(0)
+            scalar = chash.chain(int(A), tokens, 0, 16, 256, tail, 0)  # compress: untouched
+        finally:
+            chash._set_vector_fault(0)
+        assert faulty_abc != RFC_ABC_512 and scalar == want, level
+        assert len(faulty) == 256 and all(f != w for f, w in zip(faulty, want, strict=True))
+        assert chash._set_vector(level) == level
+        assert chash.chain(int(A), tokens, 0, 16, 256, tail, 0) == want  # fault removed
 
 
 @pytest.mark.parametrize("tokens", [
