@@ -11,9 +11,13 @@
  * and each key is the next chunk's parent; a digest of 0 becomes 1 (0 is "no key").
  *
  *     chain(kind, tokens, start, grid, chunks, tail, parent) -> list[int]
- *         tokens: list or tuple of exact ints; anything this fast path does not take (another
- *         item type, a value out of int64, a field out of range) raises, and hashing.py then
- *         computes the same keys, or the same error, in Python.
+ *         tokens: a list or tuple of exact ints, or a C-contiguous buffer of native int64
+ *         (array('q'), a NumPy int64 array: format q or l of 8 bytes); anything this fast path
+ *         does not take (another item type, a value out of int64, a field out of range)
+ *         raises, and hashing.py then computes the same keys, or the same error, in Python.
+ *     pack(tokens) -> bytes                    every token of a list or tuple of exact ints as
+ *                                              native int64 (array('q', pack(t)) is t as an
+ *                                              array); raises as chain does otherwise
  *     chain_pair(tokens, kind_a, grid_a, chunks_a, kind_b, grid_b, chunks_b, tail)
  *         -> (keys_a, keys_b): two chains from 0 over the same tokens, read once
  *         (on x86-64 with AVX2, detected at import: both chains' blocks in one vector
@@ -41,7 +45,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define CHASH_API_VERSION 4 /* hybridmem/hashing.py _CHASH_API: bump both on any change */
+#define CHASH_API_VERSION 5 /* hybridmem/hashing.py _CHASH_API: bump both on any change */
 
 static const uint64_t IV[8] = {
     0x6A09E667F3BCC908ULL, 0xBB67AE8584CAA73BULL, 0x3C6EF372FE94F82BULL, 0xA54FF53A5F1D36F1ULL,
@@ -346,33 +350,100 @@ static inline int token_value(PyObject *item, int64_t *out) {
     return 0;
 }
 
-/* The little-endian int64 encoding of tokens[start:start + count] (a list or tuple of ints)
- * into a new buffer (PyMem_Free it), or NULL with an exception set. */
+/* Whether a buffer format is one native 8-byte signed integer ("q", "l" where long has 8 bytes,
+ * either with "@" or "=" in front, or "<" on a little-endian machine). */
+static int int64_format(const char *f) {
+    if (f == NULL) return 0;
+    if (*f == '@' || *f == '=') f++;
+#if PY_LITTLE_ENDIAN
+    else if (*f == '<') f++;
+#endif
+    return (f[0] == 'q' || (f[0] == 'l' && sizeof(long) == 8)) && f[1] == '\0';
+}
+
+/* The little-endian int64 encoding of tokens[start:start + count] (a list or tuple of ints,
+ * or a buffer of native int64) into a new buffer (PyMem_Free it), or NULL with an exception
+ * set. */
 static uint8_t *pack_tokens(PyObject *tokens, Py_ssize_t start, Py_ssize_t count) {
-    if (!PyList_CheckExact(tokens) && !PyTuple_CheckExact(tokens)) {
-        PyErr_SetString(PyExc_TypeError, "tokens must be a list or tuple");
+    Py_buffer view;
+    int buffered = 0;
+    Py_ssize_t n;
+    if (PyList_CheckExact(tokens) || PyTuple_CheckExact(tokens)) {
+        n = PySequence_Fast_GET_SIZE(tokens);
+    } else if (PyObject_CheckBuffer(tokens)) {
+        if (PyObject_GetBuffer(tokens, &view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0)
+            return NULL;
+        if (view.itemsize != 8 || !int64_format(view.format)) {
+            PyBuffer_Release(&view);
+            PyErr_SetString(PyExc_TypeError, "a token buffer must hold native int64");
+            return NULL;
+        }
+        buffered = 1;
+        n = view.len / 8;
+    } else {
+        PyErr_SetString(PyExc_TypeError, "tokens must be a list, a tuple or an int64 buffer");
         return NULL;
     }
-    if (start < 0 || count < 0 || count > PySequence_Fast_GET_SIZE(tokens) - start ||
-        count > PY_SSIZE_T_MAX / 8 - 1) {
+    uint8_t *raw = NULL;
+    if (start < 0 || count < 0 || count > n - start || count > PY_SSIZE_T_MAX / 8 - 1) {
         PyErr_SetString(PyExc_ValueError, "fewer tokens than chunks * grid");
-        return NULL;
+        goto done;
     }
-    uint8_t *raw = PyMem_Malloc(8 * (size_t)count + 1);
+    raw = PyMem_Malloc(8 * (size_t)count + 1);
     if (raw == NULL) {
         PyErr_NoMemory();
-        return NULL;
+        goto done;
+    }
+    if (buffered) {
+        const uint8_t *src = (const uint8_t *)view.buf + 8 * (size_t)start;
+#if PY_LITTLE_ENDIAN
+        memcpy(raw, src, 8 * (size_t)count);
+#else
+        for (Py_ssize_t i = 0; i < count; i++) {
+            int64_t v;
+            memcpy(&v, src + 8 * i, 8);
+            store64(raw + 8 * i, (uint64_t)v);
+        }
+#endif
+        goto done;
     }
     PyObject **items = PySequence_Fast_ITEMS(tokens) + start;
     for (Py_ssize_t i = 0; i < count; i++) {
         int64_t v;
         if (token_value(items[i], &v) < 0) {
             PyMem_Free(raw);
-            return NULL;
+            raw = NULL;
+            goto done;
         }
         store64(raw + 8 * i, (uint64_t)v);
     }
+done:
+    if (buffered) PyBuffer_Release(&view);
     return raw;
+}
+
+/* pack(tokens) -> bytes: every token of a list or tuple of exact ints as native int64, the
+ * contents of array('q', tokens). */
+static PyObject *py_pack(PyObject *self, PyObject *tokens) {
+    if (!PyList_CheckExact(tokens) && !PyTuple_CheckExact(tokens)) {
+        PyErr_SetString(PyExc_TypeError, "tokens must be a list or tuple");
+        return NULL;
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(tokens);
+    if (n > PY_SSIZE_T_MAX / 8) return PyErr_NoMemory();
+    PyObject *out = PyBytes_FromStringAndSize(NULL, 8 * n);
+    if (out == NULL) return NULL;
+    char *dst = PyBytes_AS_STRING(out);
+    PyObject **items = PySequence_Fast_ITEMS(tokens);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t v;
+        if (token_value(items[i], &v) < 0) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        memcpy(dst + 8 * i, &v, 8);
+    }
+    return out;
 }
 
 /* One chain being hashed: the message buffer of its current chunk and where in it the next
@@ -679,6 +750,7 @@ static PyMethodDef methods[] = {
     {"chain_pair", py_chain_pair, METH_VARARGS,
      "chain_pair(tokens, kind_a, grid_a, chunks_a, kind_b, grid_b, chunks_b, tail) -> (a, b)"},
     {"blake2b", py_blake2b, METH_VARARGS, "blake2b(data, digest_size) -> digest bytes"},
+    {"pack", py_pack, METH_O, "pack(tokens) -> the tokens as native int64 bytes"},
     {"_set_fault", py_set_fault, METH_O, "tests only: XOR a mask into every compression"},
     {"_set_lanes", py_set_lanes, METH_O,
      "tests only: chain_pair's two chains side by side on/off -> on"},

@@ -36,6 +36,7 @@ order; the Python loop stays the definition and the fallback::
 from __future__ import annotations
 
 import os
+from array import array
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import islice, takewhile
@@ -47,7 +48,7 @@ from hybridmem.checkpoint import MISSING_PAGE, Checkpoint, ConvPlacement
 from hybridmem.conv_slab import NO_LINE, SlabTable
 from hybridmem.events import Cause, Event, EventKind, NullObserver, Observer, Outcome, StateKind
 from hybridmem.extensions import load_extension
-from hybridmem.hashing import extra_keys, hash_chain, hash_chain_pair
+from hybridmem.hashing import extra_keys, hash_chain, hash_chain_pair, token_array
 from hybridmem.names import ENV_BLOCKS_PURE
 from hybridmem.org_interface import (
     AllocationResult,
@@ -100,7 +101,7 @@ class RequestState:
     """Per-request tables. Only the organization mutates them."""
 
     request_id: str
-    tokens: list[int]
+    tokens: array[int]  # int64 token ids (hashing.token_array)
     salt: str | None
     attn_chain: list[int]
     rec_chain: list[int]
@@ -193,7 +194,7 @@ class CachedOrganization(Organization):
                     cache_salt: str | None = None) -> None:
         if request_id in self.requests:
             raise ValueError(f"request {request_id!r} is already registered")
-        tokens = list(token_ids)
+        tokens = token_array(token_ids)
         extra = extra_keys(cache_salt)
         attn_chain, rec_chain = hash_chain_pair(tokens, self.attention_grid,
                                                 self.recurrent_grid, extra)
@@ -203,7 +204,7 @@ class CachedOrganization(Organization):
     def append_tokens(self, request_id: str, token_ids: Sequence[int]) -> None:
         req = self._req(request_id)
         tokens = req.tokens
-        tokens.extend(token_ids)
+        tokens.extend(token_array(token_ids))  # converted first: a bad token appends nothing
         n = len(tokens)
         if n < (len(req.attn_chain) + 1) * self.attention_grid \
                 and n < (len(req.rec_chain) + 1) * self.recurrent_grid:

@@ -25,7 +25,8 @@ digest of 0 is mapped to 1. The bytes hashed per chunk::
 on one of two paths that give the same keys::
 
     compiled  hybridmem._chash.chain (hybridmem/_chash.c: BLAKE2b from RFC 7693): the whole chain
-              in one call, tokens read straight from a list or tuple of ints; where the CPU
+              in one call, tokens read straight from a list or tuple of ints or from an int64
+              buffer (:func:`token_array`, how organizations hold tokens); where the CPU
               has AVX2 (AVX-512VL: faster rotations; detected at import) each compression
               holds the state's rows in 256-bit vectors, and ``chain_pair`` runs its two chains
               side by side in one instruction stream (the scalar compression stays the
@@ -46,7 +47,8 @@ from __future__ import annotations
 import hashlib
 import os
 import struct
-from collections.abc import Callable, Sequence
+from array import array
+from collections.abc import Callable, Iterable, Sequence
 from functools import lru_cache
 from typing import Any
 
@@ -61,7 +63,7 @@ NO_HASH = 0  # Event.hash of an entry without a key
 _HEAD = struct.Struct("<BQI")  # kind, parent, chunk length
 _BLAKE8 = hashlib.blake2b(digest_size=8)  # copied per chunk: cheaper than the constructor
 _ATTENTION, _RECURRENT = int(StateKind.ATTENTION), int(StateKind.RECURRENT)
-_CHASH_API = 4  # hybridmem/_chash.c CHASH_API_VERSION: bump both on any interface change
+_CHASH_API = 5  # hybridmem/_chash.c CHASH_API_VERSION: bump both on any interface change
 
 
 def load_compiled(name: str = "hybridmem._chash") -> tuple[Any, str | None]:
@@ -78,6 +80,21 @@ IMPLEMENTATION = "python" if _chash is None else "c"
 # _compiled None: the Python path only, for single chains and pairs (tests set it so too)
 _compiled: Any = None if _chash is None else _chash.chain
 _compiled_pair: Any = None if _chash is None else _chash.chain_pair
+_compiled_pack: Any = None if _chash is None else _chash.pack
+
+
+def token_array(token_ids: Iterable[int]) -> array[int]:
+    """``token_ids`` as a new int64 array (``array('q')``), how an organization holds a
+    request's tokens: 8 bytes a token where a list holds a pointer to a shared int per token
+    (which it increments on the copy and decrements on release), and the compiled chains read
+    it as one buffer. Raises what ``array('q', token_ids)`` raises for a token that is not an
+    int64 (``TypeError``, ``OverflowError``)."""
+    if _compiled_pack is not None and type(token_ids) in (list, tuple):
+        try:
+            return array("q", _compiled_pack(token_ids))
+        except Exception:  # not for the compiled path (a bool, a big int): array decides
+            pass
+    return array("q", token_ids)
 
 
 @lru_cache(maxsize=256)

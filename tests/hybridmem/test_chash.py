@@ -277,7 +277,7 @@ def test_negative_control_a_fault_in_the_vector_compression_changes_every_key(la
 
 
 @pytest.mark.parametrize("tokens", [
-    array("q", range(100)), [True, False] * 50, [A, R] * 8, range(40),  # not list/tuple of int
+    array("i", range(100)), [True, False] * 50, [A, R] * 8, range(40),  # not list/tuple of int
 ])
 def test_inputs_the_compiled_path_refuses_get_the_python_keys(tokens, compiled_path,
                                                                monkeypatch):
@@ -297,12 +297,64 @@ def test_compiled_refuses_out_of_range_fields():
                       ((1, [1], 0, 1, 1, tail, -1), OverflowError),
                       ((1, [2**63], 0, 1, 1, tail, 0), OverflowError),
                       ((1, [1.0], 0, 1, 1, tail, 0), TypeError),
-                      ((1, array("q", [1]), 0, 1, 1, tail, 0), TypeError)]:
+                      ((1, array("i", [1]), 0, 1, 1, tail, 0), TypeError),   # 4-byte items
+                      ((1, array("d", [1.0]), 0, 1, 1, tail, 0), TypeError),  # not integers
+                      ((1, b"\0" * 8, 0, 1, 1, tail, 0), TypeError),          # bytes: format B
+                      ((1, array("q", [1]), 0, 1, 2, tail, 0), ValueError)]:   # too few tokens
         with pytest.raises(err):
             chash.chain(*args)
     for tokens, err in [([1.0, 2], TypeError), ([1, 2**63], OverflowError), ([1], ValueError)]:
         with pytest.raises(err):
             chash.chain_pair(tokens, 1, 1, 2, 2, 2, 1, tail)
+
+
+def test_int64_buffers_give_the_keys_of_the_same_list(compiled_path):
+    """array('q') and NumPy int64 (format q and l) are read as one buffer: the same keys as the
+    list, single chains from any start and pairs; the negative control shows the comparison
+    sees a buffer read one token off (the slip a wrong start offset would make)."""
+    np = pytest.importorskip("numpy")
+    cases = list(_cases(random.Random(20261202)))
+    assert sum(len(hash_chain(*c)) for c in cases) > 250  # not vacuous
+    for kind, tokens, grid, extra, parent, start in cases:
+        want = hash_chain(kind, tokens, grid, extra, parent, start)
+        for buf in (array("q", tokens), np.array(tokens, dtype=np.int64),
+                    np.array(tokens, dtype=np.longlong)):
+            assert hash_chain(kind, buf, grid, extra, parent, start) == want
+    rng = random.Random(9)
+    for _ in range(20):
+        tokens = [rng.randrange(0, 2**40) for _ in range(rng.randrange(0, 3000))]
+        want_pair = hash_chain_pair(tokens, 16, 1792, extra_keys("s"))
+        assert hash_chain_pair(array("q", tokens), 16, 1792, extra_keys("s")) == want_pair
+    tokens = list(range(1, 4097))
+    tail = hashing._encode_extra(())
+    want = hash_chain(A, tokens, 16, start=16)[:200]
+    assert chash.chain(int(A), array("q", tokens), 16, 16, 200, tail, 0) == want
+    shifted = chash.chain(int(A), array("q", [0, *tokens]), 16, 16, 200, tail, 0)
+    assert all(a != b for a, b in zip(shifted, want, strict=True))
+    big_endian = np.array(tokens, dtype=">i8")  # format ">q": refused, the Python path decides
+    with pytest.raises(TypeError, match="native int64"):
+        chash.chain(int(A), big_endian, 0, 16, 2, tail, 0)
+    assert hash_chain(A, big_endian, 16) == hash_chain(A, tokens, 16)
+
+
+def test_token_array_is_array_q_of_the_tokens(monkeypatch):
+    lists = [EDGES * 3, [], [5], list(range(10_000))]
+    for tokens in lists:
+        for seq in (tokens, tuple(tokens)):
+            got = hashing.token_array(seq)
+            assert type(got) is array and got.typecode == "q" and got == array("q", tokens)
+    assert hashing.token_array([True, 2]) == array("q", [1, 2])  # bool: array decides
+    assert hashing.token_array(range(3)) == array("q", [0, 1, 2])
+    for bad, err in [([1, 2**63], OverflowError), ([1, "x"], TypeError), ([1.5], TypeError)]:
+        with pytest.raises(err):
+            hashing.token_array(bad)
+    monkeypatch.setattr(hashing, "_compiled_pack", None)  # the Python path: the same arrays
+    assert [hashing.token_array(t) for t in lists] == [array("q", t) for t in lists]
+    # negative control: pack's bytes are native int64, so the other byte order differs
+    swapped = array("q", chash.pack(EDGES))
+    swapped.byteswap()
+    assert swapped != array("q", EDGES)
+    assert array("q", chash.pack(EDGES)) == array("q", EDGES)
 
 
 def test_load_compiled_reasons(monkeypatch):

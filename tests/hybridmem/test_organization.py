@@ -312,3 +312,30 @@ def test_publish_republishes_a_held_block_after_invalidation(name):
     assert org.publish("a", len(tokens)) == [victim]  # offered again, as the full scan did
     assert org.attn_index[victim] is req.blocks[1]
     assert kinds(obs, EventKind.PUBLICATION)[-1].hash == victim
+
+
+@pytest.mark.parametrize("name", ORGANIZATIONS)
+def test_tokens_are_held_as_int64_and_a_bad_token_changes_nothing(name):
+    """A request's tokens are an int64 array (``hashing.token_array``) with the keys of the same
+    list; a token that is not an int64 is refused before anything is registered or appended."""
+    from array import array
+
+    from hybridmem.hashing import hash_chain_pair
+
+    org, _ = org_with(name, (4000, 8) if name == "D0" else 64)
+    grids = org.attention_grid, org.recurrent_grid
+    org.add_request("a", CTX[:4000])
+    req = org.requests["a"]
+    assert type(req.tokens) is array and req.tokens == array("q", CTX[:4000])
+    assert org.hash_chains("a") == tuple(map(tuple, hash_chain_pair(CTX[:4000], *grids)))
+    org.append_tokens("a", CTX[4000:6000])
+    assert org.hash_chains("a") == tuple(map(tuple, hash_chain_pair(CTX[:6000], *grids)))
+    with pytest.raises(OverflowError):
+        org.append_tokens("a", [7, 2**63])
+    with pytest.raises(TypeError):
+        org.add_request("b", [1, 2, "x"])
+    assert len(req.tokens) == 6000 and "b" not in org.requests
+    # negative control: the keys follow the tokens, so one more appended token moves them
+    before = org.hash_chains("a")
+    org.append_tokens("a", [7] * grids[0])
+    assert org.hash_chains("a")[0] != before[0]
