@@ -394,9 +394,12 @@ class CachedOrganization(Organization):
     def _ckpt_ref(self, ck: Checkpoint, holder: str) -> None:
         assert holder not in ck.holders, f"{holder} already references checkpoint {ck.ident}"
         assert self._complete(ck), f"reference to incomplete checkpoint {ck.ident}"
-        pool = self._ckpt_pool()
-        for p in self._ckpt_pages(ck):
-            pool.incref(p)
+        if self.placement is ConvPlacement.INSIDE:  # _ckpt_pages(ck): its present members
+            m = ck.members
+            pages = m if min(m, default=0) >= 0 else [p for p in m if p >= 0]
+        else:
+            pages = self._ckpt_pages(ck)
+        self._ckpt_pool().incref_many(pages)  # (pool.incref of each page, in order)
         ck.holders.add(holder)
 
     def _ckpt_unref(self, cks: list[Checkpoint], holder: str | None,
@@ -599,12 +602,12 @@ class CachedOrganization(Organization):
             ident = self._next_ident
             for b in bounds:
                 pages = [popleft()] if members == 1 else [popleft() for _ in range(members)]
-                for page in pages:
-                    refs[page] = 1
+                for p in pages:
+                    refs[p] = 1
                 home = pages[0]
                 ck = Checkpoint(ident, b, pages, home, 0, {request_id}, home)
-                for page in pages:
-                    owners[page] = ck
+                for p in pages:
+                    owners[p] = ck
                 live_ckpts[ident] = ck
                 ckpts[b] = ck
                 ident += 1
@@ -778,8 +781,9 @@ class CachedOrganization(Organization):
             holds[page] = 0
             del pool._cached[page]
             pool._free.append(page)
-        if pool.watcher is not None:
-            pool.watcher(pool.name, page, "reclaim")
+        watch = pool.watcher
+        if watch is not None:
+            watch(pool.name, page, "reclaim")
         owners[page] = None
 
     def _lose_block(self, blk: Block, cause: Cause, requester: str) -> None:
@@ -945,7 +949,12 @@ class CachedOrganization(Organization):
                 self._emit(EventKind.PUBLICATION, request_id=request_id,
                            preemption_count=req.preemptions, hash=key, **self._ckpt_fields(ck))
         if pages:  # every page of every checkpoint published here: one hold each
-            self._ckpt_pool().hold_many(pages)
+            pool = self._ckpt_pool()  # (pool.hold_many(pages), in this loop)
+            refs, holds = pool._refs, pool._holds
+            for p in pages:
+                assert refs[p] or holds[p], f"pool {pool.name}: hold on free page {p}; " \
+                    "this indicates publishing storage that was already released"
+                holds[p] += 1
         return published
 
     # == release, retention, pinning ===========================================================
