@@ -302,7 +302,8 @@ class CachedOrganization(Organization):
         req.ckpt_top = req.computed = hit.j
         req.keyed = len(req.blocks)  # every adopted block carries its key: settled
         # 2. ... and only then the pins that protected it across preemption are released.
-        self._unpin_owned(request_id)
+        if self.pins:  # (none: _unpin_owned finds nothing to unpin)
+            self._unpin_owned(request_id)
         if self._emitting:  # (the test _emit makes, before its fields are built)
             self._emit(EventKind.ADOPTION, request_id=request_id,
                        preemption_count=req.preemptions,
@@ -995,8 +996,10 @@ class CachedOrganization(Organization):
 
     def _release_all(self, req: RequestState, cause: Cause) -> None:
         """Drop every execution reference, deepest first (so deeper entries are older in LRU)."""
-        self._ckpt_unref([req.ckpts.pop(b) for b in sorted(req.ckpts, reverse=True)],
-                         req.request_id, req, cause)
+        ckpts = req.ckpts
+        if ckpts:  # (none: _ckpt_unref of no checkpoint changes nothing)
+            self._ckpt_unref(list(map(ckpts.pop, sorted(ckpts, reverse=True))),
+                             req.request_id, req, cause)
         blocks, rid = req.blocks, req.request_id
         gone = blocks[::-1]  # deepest first
         blocks.clear()
@@ -1063,7 +1066,8 @@ class CachedOrganization(Organization):
     def finish(self, request_id: str) -> None:
         req = self._req(request_id)
         self._release_all(req, Cause.FINISH)
-        self._unpin_owned(request_id)
+        if self.pins:  # (none: _unpin_owned finds nothing to unpin)
+            self._unpin_owned(request_id)
         del self.requests[request_id]
 
     # == accounting ============================================================================

@@ -66,11 +66,13 @@ MUTANTS: list[Mutant] = [
        "Outcome.BELOW_THRESHOLD if len(requesters) < self.pin_k else Outcome.SKIPPED",
        "Outcome.SKIPPED if len(requesters) < self.pin_k else Outcome.BELOW_THRESHOLD"),
     _m("pin-kept-after-adoption", "pins", CO,
-       "        self._unpin_owned(request_id)\n        if self._emitting:",
-       "        pass\n        if self._emitting:"),
+       "            self._unpin_owned(request_id)\n        if self._emitting:",
+       "            pass\n        if self._emitting:"),
     _m("pin-kept-after-finish", "pins", CO,
-       "        self._release_all(req, Cause.FINISH)\n        self._unpin_owned(request_id)",
-       "        self._release_all(req, Cause.FINISH)\n        pass"),
+       "        self._release_all(req, Cause.FINISH)\n        if self.pins:"
+       "  # (none: _unpin_owned finds nothing to unpin)\n            self._unpin_owned(request_id)",
+       "        self._release_all(req, Cause.FINISH)\n        if self.pins:"
+       "  # (none: _unpin_owned finds nothing to unpin)\n            pass"),
     _m("unpin-others", "pins", CO, "            if owner == request_id:",
        "            if owner != request_id:"),
     _m("pinned-checkpoint-forgotten-on-loss", "pins", CO,
@@ -80,7 +82,7 @@ MUTANTS: list[Mutant] = [
        "if not ck.holders and not ck.key:"),
     # -- release order (deepest first) and LRU -----------------------------------------------
     _m("release-checkpoints-shallowest-first", "release order", CO,
-       "for b in sorted(req.ckpts, reverse=True)", "for b in sorted(req.ckpts)"),
+       "map(ckpts.pop, sorted(ckpts, reverse=True))", "map(ckpts.pop, sorted(ckpts))"),
     _m("release-blocks-shallowest-first", "release order", CO,
        "gone = blocks[::-1]  # deepest first", "gone = blocks[:]  # deepest first"),
     _m("lru-released-page-is-oldest", "release order", "hybridmem.page_pool",
