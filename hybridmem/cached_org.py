@@ -63,6 +63,14 @@ from hybridmem.page_pool import PagePool
 # ``_tuple_new(Need, (a, r))`` is ``Need(a, r)`` without the NamedTuple's Python ``__new__``
 _tuple_new = tuple.__new__
 
+# Enum members the per-operation paths compare with, as module globals (the same objects): on
+# Python 3.11 ``EnumType`` defines ``__getattr__``, so every ``ConvPlacement.INSIDE`` read in a
+# function goes through the type's slow attribute hook (~100 ns, ~10x a global's read)
+_INSIDE, _PAGE, _SLOT = ConvPlacement.INSIDE, ConvPlacement.PAGE, ConvPlacement.SLOT
+_RECURRENT = StateKind.RECURRENT
+_ALLOCATION, _SLAB_RECLAIM, _FINISH = Cause.ALLOCATION, Cause.SLAB_RECLAIM, Cause.FINISH
+_NO_CAUSE = Cause.NONE
+
 RETENTION_K = 2  # producer-side retention demand threshold (Q8/Q9)
 PIN_THRESHOLDS = {"Roff": None, "R0": 3, "R1": 2, "R2": 1}  # App. B.2 distinct-requester K
 
@@ -171,7 +179,7 @@ class CachedOrganization(Organization):
 
     def _ckpt_units(self, count: int) -> int:
         """Pure: recurrent units ``count`` new checkpoints need (S2 adds new slabs)."""
-        return count * (self.members + (self.placement == ConvPlacement.PAGE))
+        return count * (self.members + (self.placement == _PAGE))
 
     # == events ================================================================================
     def _emit(self, kind: EventKind, **fields: object) -> None:
@@ -376,9 +384,9 @@ class CachedOrganization(Organization):
     def _conv_pages(self, ck: Checkpoint) -> list[int]:
         """The page carrying ``ck``'s conv state when it is not inside member 0."""
         placement = self.placement
-        if placement is ConvPlacement.SLOT:  # the line's page, decoded at placement
+        if placement is _SLOT:  # the line's page, decoded at placement
             return [ck.conv_page] if ck.conv >= 0 else []
-        if placement is ConvPlacement.PAGE and ck.conv >= 0:
+        if placement is _PAGE and ck.conv >= 0:
             return [ck.conv]
         return []
 
@@ -390,12 +398,12 @@ class CachedOrganization(Organization):
         return [p for p in members if p >= 0] + self._conv_pages(ck)
 
     def _ckpt_pool(self) -> PagePool:
-        return self.pool_for(StateKind.RECURRENT)
+        return self.pool_for(_RECURRENT)
 
     def _ckpt_ref(self, ck: Checkpoint, holder: str) -> None:
         assert holder not in ck.holders, f"{holder} already references checkpoint {ck.ident}"
         assert self._complete(ck), f"reference to incomplete checkpoint {ck.ident}"
-        if self.placement is ConvPlacement.INSIDE:  # _ckpt_pages(ck): its present members
+        if self.placement is _INSIDE:  # _ckpt_pages(ck): its present members
             m = ck.members
             pages = m if min(m, default=0) >= 0 else [p for p in m if p >= 0]
         else:
@@ -432,7 +440,7 @@ class CachedOrganization(Organization):
                     retained.discard(ck.ident)
         pool = self._ckpt_pool()
         placement = self.placement
-        inside = placement is ConvPlacement.INSIDE  # no conv page: _conv_pages is [] for each
+        inside = placement is _INSIDE  # no conv page: _conv_pages is [] for each
         dead = []
         conv: list[int] = []
         members: list[int] = []
@@ -448,14 +456,14 @@ class CachedOrganization(Organization):
                 conv += conv_pages(ck)
             m = ck.members
             members += m if min(m, default=0) >= 0 else [p for p in m if p >= 0]
-        if dead and placement is ConvPlacement.SLOT:
+        if dead and placement is _SLOT:
             for ck in dead:
                 self._clear_slot(ck)  # before the slab page can become free
         pool.decref_many(members if inside else (conv + members if self.placement
-                                                 == ConvPlacement.SLOT else members + conv))
+                                                 == _SLOT else members + conv))
         if dead:  # forget them
             live, owners = self.live_ckpts, self.owner[pool.name]
-            conv_page = placement is ConvPlacement.PAGE
+            conv_page = placement is _PAGE
             for ck in dead:
                 del live[ck.ident]
                 for p in ck.members:
@@ -591,7 +599,7 @@ class CachedOrganization(Organization):
                 blocks.append(blk)
             apool.num_in_use += n_blocks
             self.num_blocks += n_blocks
-        if bounds and self.placement is ConvPlacement.INSIDE and rpool.watcher is None:
+        if bounds and self.placement is _INSIDE and rpool.watcher is None:
             # _new_checkpoint of each boundary, in this loop (conv inside member 0: only the
             # members' pages are taken, as rpool.take_many(self.members) takes them)
             members, n_ckpts = self.members, len(bounds)
@@ -647,9 +655,9 @@ class CachedOrganization(Organization):
         for page in ck.members:
             owners[page] = ck
         placement = self.placement
-        if placement is ConvPlacement.INSIDE:
+        if placement is _INSIDE:
             ck.conv = ck.members[0]
-        elif placement is ConvPlacement.PAGE:
+        elif placement is _PAGE:
             ck.conv = pool.take()
             owners[ck.conv] = ck
         else:
@@ -683,7 +691,7 @@ class CachedOrganization(Organization):
         if len(pool._free) >= need:
             return  # nothing to reclaim: the loop below would not run
         free, cached = pool._free, pool._cached  # the pool's own: changed as its methods would
-        owners, holds, cause, lost = self.owner[pool.name], pool._holds, Cause.ALLOCATION, 0
+        owners, holds, cause, lost = self.owner[pool.name], pool._holds, _ALLOCATION, 0
         spare: list[Block | None] | None = None  # (not read yet: the inline path's locals)
         while len(free) < need:
             head = next(iter(cached), None)  # pool.oldest_cached(): the LRU head
@@ -755,7 +763,7 @@ class CachedOrganization(Organization):
         assert isinstance(entry, Checkpoint), f"cached page {page} of pool {pool.name} has no " \
             "owner; this indicates a lost ownership record"
         entry.members = [MISSING_PAGE if p == page else p for p in entry.members]
-        if self.placement == ConvPlacement.PAGE and entry.conv == page:  # S1: conv is a page;
+        if self.placement == _PAGE and entry.conv == page:  # S1: conv is a page;
             entry.conv = NO_LINE  # S2's conv is a LINE id, never compared with a page id
         return [entry]
 
@@ -772,7 +780,7 @@ class CachedOrganization(Organization):
                 if isinstance(entry, Block):
                     self._lose_block(entry, cause, requester)
                 elif not ckpt_mod.is_complete(entry, self.members):  # (_complete, inline)
-                    self._lose_ckpt(entry, Cause.SLAB_RECLAIM if slab else cause, requester,
+                    self._lose_ckpt(entry, _SLAB_RECLAIM if slab else cause, requester,
                                     pool)  # (a checkpoint's page: the checkpoint pool)
         # pool.reclaim(page), without its frame: the page's holds dropped, cached -> free
         assert pool._refs[page] == 0, f"pool {pool.name}: reclaim of page {page} with " \
@@ -825,11 +833,11 @@ class CachedOrganization(Organization):
             self._emit(EventKind.LOSS, hash=key, cause=cause, requester=requester,
                        **self._ckpt_fields(ck))
         held = bool(ck.holders) or ck.ident in self.pins
-        if not held and self.placement is ConvPlacement.SLOT:
+        if not held and self.placement is _SLOT:
             self._clear_slot(ck)  # the sentinel (slab already gone) clears nothing
         if pool is None:
             pool = self._ckpt_pool()
-        if self.placement is ConvPlacement.INSIDE:  # _ckpt_pages(ck): its present members
+        if self.placement is _INSIDE:  # _ckpt_pages(ck): its present members
             m = ck.members
             if min(m, default=0) >= 0:
                 pages = m
@@ -847,7 +855,7 @@ class CachedOrganization(Organization):
             for p in ck.members:
                 if p >= 0:
                     owners[p] = None
-            if self.placement is ConvPlacement.PAGE and ck.conv >= 0:
+            if self.placement is _PAGE and ck.conv >= 0:
                 owners[ck.conv] = None
 
     def evict(self, num_units: int) -> int:
@@ -939,7 +947,7 @@ class CachedOrganization(Organization):
             assert self._complete(ck), f"publishing incomplete checkpoint {ck.ident} at {b}"
             ck.key = key
             rec_index[key] = ck
-            if self.placement is ConvPlacement.INSIDE:  # _ckpt_pages(ck): its present members
+            if self.placement is _INSIDE:  # _ckpt_pages(ck): its present members
                 m = ck.members
                 pages += m if min(m, default=0) >= 0 else [p for p in m if p >= 0]
             else:
@@ -991,7 +999,7 @@ class CachedOrganization(Organization):
                     kept.append(ck.key)
                     continue
             del req.ckpts[b]
-            self._ckpt_unref([ck], request_id, req, Cause.NONE)
+            self._ckpt_unref([ck], request_id, req, _NO_CAUSE)
         return kept
 
     def _release_all(self, req: RequestState, cause: Cause) -> None:
@@ -1065,7 +1073,7 @@ class CachedOrganization(Organization):
 
     def finish(self, request_id: str) -> None:
         req = self._req(request_id)
-        self._release_all(req, Cause.FINISH)
+        self._release_all(req, _FINISH)
         if self.pins:  # (none: _unpin_owned finds nothing to unpin)
             self._unpin_owned(request_id)
         del self.requests[request_id]

@@ -69,9 +69,9 @@ MUTANTS: list[Mutant] = [
        "            self._unpin_owned(request_id)\n        if self._emitting:",
        "            pass\n        if self._emitting:"),
     _m("pin-kept-after-finish", "pins", CO,
-       "        self._release_all(req, Cause.FINISH)\n        if self.pins:"
+       "        self._release_all(req, _FINISH)\n        if self.pins:"
        "  # (none: _unpin_owned finds nothing to unpin)\n            self._unpin_owned(request_id)",
-       "        self._release_all(req, Cause.FINISH)\n        if self.pins:"
+       "        self._release_all(req, _FINISH)\n        if self.pins:"
        "  # (none: _unpin_owned finds nothing to unpin)\n            pass"),
     _m("unpin-others", "pins", CO, "            if owner == request_id:",
        "            if owner != request_id:"),
@@ -119,7 +119,7 @@ MUTANTS: list[Mutant] = [
     _m("preemption-count-not-incremented", "events", CO,
        "        req.preemptions += 1\n", "        pass\n"),
     _m("finish-cause-none", "events", CO,
-       "self._release_all(req, Cause.FINISH)", "self._release_all(req, Cause.NONE)"),
+       "self._release_all(req, _FINISH)", "self._release_all(req, Cause.NONE)"),
     _m("preempt-cause-none", "events", CO,
        "self._release_all(req, Cause.PREEMPTION)", "self._release_all(req, Cause.NONE)"),
     _m("unpin-hash-zero", "events", CO,
@@ -133,7 +133,7 @@ MUTANTS: list[Mutant] = [
        "need=need.total, free=avail.attention, **common",
        "need=need.total, free=avail.attention - need.total, **common"),
     _m("slab-reclaim-cause-lost", "events", CO,
-       "Cause.SLAB_RECLAIM if slab else cause", "cause", orgs=("S2",)),
+       "_SLAB_RECLAIM if slab else cause", "cause", orgs=("S2",)),
     _m("block-loss-without-requester", "events", CO,
        "page=blk.page, cause=cause, requester=requester)", "page=blk.page, cause=cause, "
        "requester=\"\")",
@@ -190,7 +190,7 @@ MUTANTS: list[Mutant] = [
     _m("slab-reclaim-keeps-conv", "completeness", CO,
        "                ck.conv = NO_LINE\n", "                pass\n", orgs=("S2",)),
     _m("member-reclaim-compares-line-with-page", "completeness", CO,
-       "if self.placement == ConvPlacement.PAGE and entry.conv == page:",
+       "if self.placement == _PAGE and entry.conv == page:",
        "if entry.conv == page:", orgs=("S2",), geometry="syn-slots2-members1"),
     # -- stale adoption ----------------------------------------------------------------------
     _m("adopt-stale-block", "stale adoption", CO,
@@ -252,7 +252,7 @@ MUTANTS: list[Mutant] = [
        "len(apool._free) + len(apool._cached) \\\n            or need.recurrent",
        orgs=("D0",)),
     _m("s1-conv-page-not-counted", "allocation", CO,
-       "return count * (self.members + (self.placement == ConvPlacement.PAGE))",
+       "return count * (self.members + (self.placement == _PAGE))",
        "return count * self.members", orgs=("S1",)),
     _m("s2-counts-room-of-cached-slabs", "allocation", "hybridmem.orgs",
        "room = self.slabs.free_slots(self.pool.refs)", "room = self.slabs.free_slots()",
@@ -344,8 +344,8 @@ MUTANTS: list[Mutant] = [
     _m("unhold-many-frees-page-in-use", "pools", "hybridmem.page_pool",
        "if left == 0 and refs[page] == 0:", "if left == 0:"),
     _m("d0-checkpoints-in-attention-pool", "pools", "hybridmem.dual_pools",
-       "        if kind == StateKind.RECURRENT:\n            return self.recurrent",
-       "        if kind == StateKind.RECURRENT:\n            return self.attention",
+       "        if kind == _RECURRENT:\n            return self.recurrent",
+       "        if kind == _RECURRENT:\n            return self.attention",
        orgs=("D0",)),
     _m("s1-built-with-3-members", "pools", "hybridmem.orgs",
        "        self.members = ssm_members\n        super().__init__(num_pages, page_bytes, "
