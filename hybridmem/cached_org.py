@@ -64,6 +64,14 @@ from hybridmem.page_pool import PagePool
 # ``_tuple_new(Need, (a, r))`` is ``Need(a, r)`` without the NamedTuple's Python ``__new__``
 _tuple_new = tuple.__new__
 
+# Enum members the per-operation paths compare with, as module globals (the same objects): on
+# Python 3.11 ``EnumType`` defines ``__getattr__``, so every ``ConvPlacement.INSIDE`` read in a
+# function goes through the type's slow attribute hook (~100 ns, ~10x a global's read)
+_INSIDE, _PAGE, _SLOT = ConvPlacement.INSIDE, ConvPlacement.PAGE, ConvPlacement.SLOT
+_RECURRENT = StateKind.RECURRENT
+_ALLOCATION, _SLAB_RECLAIM, _FINISH = Cause.ALLOCATION, Cause.SLAB_RECLAIM, Cause.FINISH
+_NO_CAUSE = Cause.NONE
+
 RETENTION_K = 2  # producer-side retention demand threshold (Q8/Q9)
 PIN_THRESHOLDS = {"Roff": None, "R0": 3, "R1": 2, "R2": 1}  # App. B.2 distinct-requester K
 
@@ -172,7 +180,7 @@ class CachedOrganization(Organization):
 
     def _ckpt_units(self, count: int) -> int:
         """Pure: recurrent units ``count`` new checkpoints need (S2 adds new slabs)."""
-        return count * (self.members + (self.placement == ConvPlacement.PAGE))
+        return count * (self.members + (self.placement == _PAGE))
 
     # == events ================================================================================
     def _emit(self, kind: EventKind, **fields: object) -> None:
@@ -303,7 +311,8 @@ class CachedOrganization(Organization):
         req.ckpt_top = req.computed = hit.j
         req.keyed = len(req.blocks)  # every adopted block carries its key: settled
         # 2. ... and only then the pins that protected it across preemption are released.
-        self._unpin_owned(request_id)
+        if self.pins:  # (none: _unpin_owned finds nothing to unpin)
+            self._unpin_owned(request_id)
         if self._emitting:  # (the test _emit makes, before its fields are built)
             self._emit(EventKind.ADOPTION, request_id=request_id,
                        preemption_count=req.preemptions,
@@ -376,9 +385,9 @@ class CachedOrganization(Organization):
     def _conv_pages(self, ck: Checkpoint) -> list[int]:
         """The page carrying ``ck``'s conv state when it is not inside member 0."""
         placement = self.placement
-        if placement is ConvPlacement.SLOT:  # the line's page, decoded at placement
+        if placement is _SLOT:  # the line's page, decoded at placement
             return [ck.conv_page] if ck.conv >= 0 else []
-        if placement is ConvPlacement.PAGE and ck.conv >= 0:
+        if placement is _PAGE and ck.conv >= 0:
             return [ck.conv]
         return []
 
@@ -390,18 +399,24 @@ class CachedOrganization(Organization):
         return [p for p in members if p >= 0] + self._conv_pages(ck)
 
     def _ckpt_pool(self) -> PagePool:
-        return self.pool_for(StateKind.RECURRENT)
+        return self.pool_for(_RECURRENT)
 
     def _ckpt_ref(self, ck: Checkpoint, holder: str) -> None:
         assert holder not in ck.holders, f"{holder} already references checkpoint {ck.ident}"
         assert self._complete(ck), f"reference to incomplete checkpoint {ck.ident}"
-        pool = self._ckpt_pool()
-        for p in self._ckpt_pages(ck):
-            pool.incref(p)
+        if self.placement is _INSIDE:  # _ckpt_pages(ck): its present members
+            m = ck.members
+            pages = m if min(m, default=0) >= 0 else [p for p in m if p >= 0]
+        else:
+            pages = self._ckpt_pages(ck)
+        self._ckpt_pool().incref_many(pages)  # (pool.incref of each page, in order)
         ck.holders.add(holder)
 
-    def _ckpt_unref(self, cks: list[Checkpoint], holder: str | None) -> None:
-        """Drop one execution reference of each checkpoint in ``cks`` (``holder`` None: its pin).
+    def _ckpt_unref(self, cks: list[Checkpoint], holder: str | None,
+                    req: RequestState | None = None, cause: Cause = Cause.NONE) -> None:
+        """Drop one execution reference of each checkpoint in ``cks`` (``holder`` None: its pin;
+        ``req`` given: the request ``holder`` releases them, with its RELEASE events of
+        ``cause`` first and the checkpoints no longer retained).
 
         Release order, for the LRU of cached pages::
 
@@ -410,8 +425,23 @@ class CachedOrganization(Organization):
                                                               it takes them all)
             S1   every member, then every conv page            (a member page is reclaimed
                                                               before its dedicated conv page)
+
+        A checkpoint left with no holder, no pin and no key is forgotten (after the pages'
+        references are dropped): no longer live, its pages' owner records cleared.
         """
+        if req is not None:  # a request releases them
+            if self._emitting:
+                for ck in cks:
+                    self._emit(EventKind.RELEASE, request_id=req.request_id,
+                               preemption_count=req.preemptions, hash=ck.key, cause=cause,
+                               **self._ckpt_fields(ck))
+            retained = req.retained
+            if retained:
+                for ck in cks:
+                    retained.discard(ck.ident)
         pool = self._ckpt_pool()
+        placement = self.placement
+        inside = placement is _INSIDE  # no conv page: _conv_pages is [] for each
         dead = []
         conv: list[int] = []
         members: list[int] = []
@@ -423,16 +453,25 @@ class CachedOrganization(Organization):
                 ck.holders.remove(holder)
             if not ck.holders and ck.ident not in self.pins and not ck.key:
                 dead.append(ck)
-            conv += conv_pages(ck)
+            if not inside:
+                conv += conv_pages(ck)
             m = ck.members
             members += m if min(m, default=0) >= 0 else [p for p in m if p >= 0]
-        if dead and self.placement is ConvPlacement.SLOT:
+        if dead and placement is _SLOT:
             for ck in dead:
                 self._clear_slot(ck)  # before the slab page can become free
-        pool.decref_many(conv + members if self.placement == ConvPlacement.SLOT
-                         else members + conv)
-        for ck in dead:
-            self._forget_ckpt(ck)
+        pool.decref_many(members if inside else (conv + members if self.placement
+                                                 == _SLOT else members + conv))
+        if dead:  # forget them
+            live, owners = self.live_ckpts, self.owner[pool.name]
+            conv_page = placement is _PAGE
+            for ck in dead:
+                del live[ck.ident]
+                for p in ck.members:
+                    if p >= 0:
+                        owners[p] = None
+                if conv_page and ck.conv >= 0:
+                    owners[ck.conv] = None
 
     def _clear_slot(self, ck: Checkpoint) -> None:
         assert self.slabs is not None
@@ -440,15 +479,6 @@ class CachedOrganization(Organization):
         if ref is not None and self.slabs.used(ref.page) == 0:
             self.slabs.remove_slab(ref.page)
             self.owner[self._ckpt_pool().name][ref.page] = None
-
-    def _forget_ckpt(self, ck: Checkpoint) -> None:
-        del self.live_ckpts[ck.ident]
-        owners = self.owner[self._ckpt_pool().name]
-        for p in ck.members:
-            if p >= 0:
-                owners[p] = None
-        if self.placement is ConvPlacement.PAGE and ck.conv >= 0:
-            owners[ck.conv] = None
 
     # == allocation ============================================================================
     def _check_growth(self, req: RequestState, num_tokens: int) -> None:
@@ -570,7 +600,31 @@ class CachedOrganization(Organization):
                 blocks.append(blk)
             apool.num_in_use += n_blocks
             self.num_blocks += n_blocks
-        if bounds:
+        if bounds and self.placement is _INSIDE and rpool.watcher is None:
+            # _new_checkpoint of each boundary, in this loop (conv inside member 0: only the
+            # members' pages are taken, as rpool.take_many(self.members) takes them)
+            members, n_ckpts = self.members, len(bounds)
+            owners, free, refs = self.owner[rpool.name], rpool._free, rpool._refs
+            assert len(free) >= members * n_ckpts, f"pool {rpool.name}: take_many({members}) " \
+                f"with {len(free)} free pages; this indicates a missing can_allocate/reclaim " \
+                "before allocation"
+            live_ckpts, ckpts, popleft = self.live_ckpts, req.ckpts, free.popleft
+            ident = self._next_ident
+            for b in bounds:
+                pages = [popleft()] if members == 1 else [popleft() for _ in range(members)]
+                for p in pages:
+                    refs[p] = 1
+                home = pages[0]
+                ck = Checkpoint(ident, b, pages, home, 0, {request_id}, home)
+                for p in pages:
+                    owners[p] = ck
+                live_ckpts[ident] = ck
+                ckpts[b] = ck
+                ident += 1
+            self._next_ident = ident
+            rpool.num_in_use += members * n_ckpts
+            req.ckpt_top = bounds[-1]
+        elif bounds:
             live_ckpts, ckpts, new_checkpoint = self.live_ckpts, req.ckpts, self._new_checkpoint
             for b in bounds:
                 ck = new_checkpoint(rpool, b, request_id)
@@ -602,9 +656,9 @@ class CachedOrganization(Organization):
         for page in ck.members:
             owners[page] = ck
         placement = self.placement
-        if placement is ConvPlacement.INSIDE:
+        if placement is _INSIDE:
             ck.conv = ck.members[0]
-        elif placement is ConvPlacement.PAGE:
+        elif placement is _PAGE:
             ck.conv = pool.take()
             owners[ck.conv] = ck
         else:
@@ -632,17 +686,14 @@ class CachedOrganization(Organization):
         :meth:`_reclaim` -> :meth:`_lose_block` -> ``unhold`` -> ``reclaim`` in one frame with
         the same steps in the same order (index entry, waiters, LOSS event, hold, free deque,
         forget, watcher); any other page (a checkpoint's, a slab, or a block in a state only a
-        bug reaches) goes through :meth:`_reclaim`.
+        bug reaches) goes through :meth:`_reclaim`. The inline path's locals are read when it
+        first runs (a checkpoint pool's heads never take it).
         """
         if len(pool._free) >= need:
             return  # nothing to reclaim: the loop below would not run
         free, cached = pool._free, pool._cached  # the pool's own: changed as its methods would
-        reclaim, cause = self._reclaim, Cause.ALLOCATION
-        owners, holds, refs = self.owner[pool.name], pool._holds, pool._refs
-        spare = self.spare_blocks.get(pool.name) or self._spare(pool)
-        attn_index, waiters, lost = self.attn_index, self.key_waiters, 0
-        emitting, watcher = self._emitting, pool.watcher
-        compiled = None if emitting or watcher is not None else _cblocks
+        owners, holds, cause, lost = self.owner[pool.name], pool._holds, _ALLOCATION, 0
+        spare: list[Block | None] | None = None  # (not read yet: the inline path's locals)
         while len(free) < need:
             head = next(iter(cached), None)  # pool.oldest_cached(): the LRU head
             if head is None:
@@ -651,8 +702,13 @@ class CachedOrganization(Organization):
                                      "allocate disagree")
             blk = owners[head]
             if blk.__class__ is not Block or blk.holders or holds[head] != 1:
-                reclaim(pool, head, cause, requester)
+                self._reclaim(pool, head, cause, requester)
                 continue
+            if spare is None:  # the inline path's first run: its locals
+                refs, attn_index, waiters = pool._refs, self.attn_index, self.key_waiters
+                spare = self.spare_blocks.get(pool.name) or self._spare(pool)
+                emitting, watcher = self._emitting, pool.watcher
+                compiled = None if emitting or watcher is not None else _cblocks
             short = need - len(free)  # the heads, oldest first (one: the head just read)
             if compiled:  # this loop, compiled (no events, no watcher)
                 lost += compiled.reclaim_run(Block, cached, short, head, owners, holds, refs,
@@ -708,7 +764,7 @@ class CachedOrganization(Organization):
         assert isinstance(entry, Checkpoint), f"cached page {page} of pool {pool.name} has no " \
             "owner; this indicates a lost ownership record"
         entry.members = [MISSING_PAGE if p == page else p for p in entry.members]
-        if self.placement == ConvPlacement.PAGE and entry.conv == page:  # S1: conv is a page;
+        if self.placement == _PAGE and entry.conv == page:  # S1: conv is a page;
             entry.conv = NO_LINE  # S2's conv is a LINE id, never compared with a page id
         return [entry]
 
@@ -725,8 +781,19 @@ class CachedOrganization(Organization):
                 if isinstance(entry, Block):
                     self._lose_block(entry, cause, requester)
                 elif not ckpt_mod.is_complete(entry, self.members):  # (_complete, inline)
-                    self._lose_ckpt(entry, Cause.SLAB_RECLAIM if slab else cause, requester)
-        pool.reclaim(page)
+                    self._lose_ckpt(entry, _SLAB_RECLAIM if slab else cause, requester,
+                                    pool)  # (a checkpoint's page: the checkpoint pool)
+        # pool.reclaim(page), without its frame: the page's holds dropped, cached -> free
+        assert pool._refs[page] == 0, f"pool {pool.name}: reclaim of page {page} with " \
+            f"{pool._refs[page]} references; this indicates reclaiming protected storage"
+        holds = pool._holds
+        if holds[page]:
+            holds[page] = 0
+            del pool._cached[page]
+            pool._free.append(page)
+        watch = pool.watcher
+        if watch is not None:
+            watch(pool.name, page, "reclaim")
         owners[page] = None
 
     def _lose_block(self, blk: Block, cause: Cause, requester: str) -> None:
@@ -754,7 +821,11 @@ class CachedOrganization(Organization):
             self.owner[pool.name][blk.page] = None
             self.spare_blocks[pool.name][blk.page] = blk
 
-    def _lose_ckpt(self, ck: Checkpoint, cause: Cause, requester: str) -> None:
+    def _lose_ckpt(self, ck: Checkpoint, cause: Cause, requester: str,
+                   pool: PagePool | None = None) -> None:
+        """Invalidate the discoverable ``ck``: its key leaves the index, its pages' holds are
+        dropped, and it is forgotten unless a request or a pin still holds it. ``pool``: the
+        checkpoint pool (``_ckpt_pool()``) when the caller has it at hand."""
         key = ck.key
         del self.rec_index[key]
         self.demand.pop(key, None)
@@ -763,11 +834,30 @@ class CachedOrganization(Organization):
             self._emit(EventKind.LOSS, hash=key, cause=cause, requester=requester,
                        **self._ckpt_fields(ck))
         held = bool(ck.holders) or ck.ident in self.pins
-        if not held and self.placement is ConvPlacement.SLOT:
+        if not held and self.placement is _SLOT:
             self._clear_slot(ck)  # the sentinel (slab already gone) clears nothing
-        self._ckpt_pool().unhold_many(self._ckpt_pages(ck))
-        if not held:
-            self._forget_ckpt(ck)
+        if pool is None:
+            pool = self._ckpt_pool()
+        if self.placement is _INSIDE:  # _ckpt_pages(ck): its present members
+            m = ck.members
+            if min(m, default=0) >= 0:
+                pages = m
+            elif max(m) < 0:  # none left (a one-member checkpoint whose page is reclaimed)
+                pages = []
+            else:
+                pages = [p for p in m if p >= 0]
+        else:
+            pages = self._ckpt_pages(ck)
+        if pages:  # (unhold_many of no page changes nothing)
+            pool.unhold_many(pages)
+        if not held:  # forget it: no longer live, its pages' owner records cleared
+            del self.live_ckpts[ck.ident]
+            owners = self.owner[pool.name]
+            for p in ck.members:
+                if p >= 0:
+                    owners[p] = None
+            if self.placement is _PAGE and ck.conv >= 0:
+                owners[ck.conv] = None
 
     def evict(self, num_units: int) -> int:
         done = 0
@@ -858,26 +948,26 @@ class CachedOrganization(Organization):
             assert self._complete(ck), f"publishing incomplete checkpoint {ck.ident} at {b}"
             ck.key = key
             rec_index[key] = ck
-            pages += self._ckpt_pages(ck)
+            if self.placement is _INSIDE:  # _ckpt_pages(ck): its present members
+                m = ck.members
+                pages += m if min(m, default=0) >= 0 else [p for p in m if p >= 0]
+            else:
+                pages += self._ckpt_pages(ck)
             self.demand.setdefault(key, set()).add(request_id)  # owner registration
             published.append(key)
             if emitting:
                 self._emit(EventKind.PUBLICATION, request_id=request_id,
                            preemption_count=req.preemptions, hash=key, **self._ckpt_fields(ck))
         if pages:  # every page of every checkpoint published here: one hold each
-            self._ckpt_pool().hold_many(pages)
+            pool = self._ckpt_pool()  # (pool.hold_many(pages), in this loop)
+            refs, holds = pool._refs, pool._holds
+            for p in pages:
+                assert refs[p] or holds[p], f"pool {pool.name}: hold on free page {p}; " \
+                    "this indicates publishing storage that was already released"
+                holds[p] += 1
         return published
 
     # == release, retention, pinning ===========================================================
-    def _release_ckpts(self, req: RequestState, cks: list[Checkpoint], cause: Cause) -> None:
-        for ck in cks:
-            if self._emitting:
-                self._emit(EventKind.RELEASE, request_id=req.request_id,
-                           preemption_count=req.preemptions, hash=ck.key, cause=cause,
-                           **self._ckpt_fields(ck))
-            req.retained.discard(ck.ident)
-        self._ckpt_unref(cks, req.request_id)
-
     def release_superseded(self, request_id: str) -> list[int]:
         req = self.requests.get(request_id)  # self._req(request_id), its frame on error only
         if req is None:
@@ -910,13 +1000,15 @@ class CachedOrganization(Organization):
                     kept.append(ck.key)
                     continue
             del req.ckpts[b]
-            self._release_ckpts(req, [ck], Cause.NONE)
+            self._ckpt_unref([ck], request_id, req, _NO_CAUSE)
         return kept
 
     def _release_all(self, req: RequestState, cause: Cause) -> None:
         """Drop every execution reference, deepest first (so deeper entries are older in LRU)."""
-        self._release_ckpts(req, [req.ckpts.pop(b) for b in sorted(req.ckpts, reverse=True)],
-                            cause)
+        ckpts = req.ckpts
+        if ckpts:  # (none: _ckpt_unref of no checkpoint changes nothing)
+            self._ckpt_unref(list(map(ckpts.pop, sorted(ckpts, reverse=True))),
+                             req.request_id, req, cause)
         blocks, rid = req.blocks, req.request_id
         gone = blocks[::-1]  # deepest first
         blocks.clear()
@@ -982,8 +1074,9 @@ class CachedOrganization(Organization):
 
     def finish(self, request_id: str) -> None:
         req = self._req(request_id)
-        self._release_all(req, Cause.FINISH)
-        self._unpin_owned(request_id)
+        self._release_all(req, _FINISH)
+        if self.pins:  # (none: _unpin_owned finds nothing to unpin)
+            self._unpin_owned(request_id)
         del self.requests[request_id]
 
     # == accounting ============================================================================

@@ -15,6 +15,9 @@ from __future__ import annotations
 from hybridmem.events import StateKind
 from hybridmem.page_pool import PagePool
 
+# the state kinds as module globals (the same objects; cached_org says why)
+_ATTENTION, _RECURRENT = StateKind.ATTENTION, StateKind.RECURRENT
+
 
 class DualPools:
     def __init__(self, attention_units: int, recurrent_units: int) -> None:
@@ -27,9 +30,9 @@ class DualPools:
 
     def pool_for(self, kind: StateKind, need: int = 0) -> PagePool:
         """The pool that serves ``kind``; ``need`` is unused: no capacity moves between pools."""
-        if kind == StateKind.ATTENTION:
+        if kind == _ATTENTION:
             return self.attention
-        if kind == StateKind.RECURRENT:
+        if kind == _RECURRENT:
             return self.recurrent
         raise ValueError(f"D0 has no pool for state kind {kind.name}")
 

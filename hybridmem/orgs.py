@@ -24,6 +24,8 @@ from hybridmem.org_interface import Need
 from hybridmem.page_pool import PagePool
 
 _tuple_new = tuple.__new__  # _tuple_new(Need, (a, r)): Need(a, r) without a Python frame
+# the state kinds as module globals (the same objects; cached_org says why)
+_ATTENTION, _RECURRENT = StateKind.ATTENTION, StateKind.RECURRENT
 
 
 class SharedPoolOrganization(CachedOrganization):
@@ -123,21 +125,21 @@ class D0(CachedOrganization):
         return pool if pool is not None else self.dual.pool_for(kind, need)
 
     def _ckpt_pool(self) -> PagePool:
-        return self.dual.by_kind[StateKind.RECURRENT]  # pool_for(RECURRENT), without the call
+        return self.dual.by_kind[_RECURRENT]  # pool_for(RECURRENT), without the call
 
     def _pools_for(self, attention: int, recurrent: int) -> tuple[PagePool, PagePool]:
         """``pool_for`` of each kind, in one frame: with a need ``DualPools.pool_for`` decides,
         without one its answer is read from ``by_kind``."""
         dual = self.dual
         by_kind = dual.by_kind
-        return (dual.pool_for(StateKind.ATTENTION, attention) if attention
-                else by_kind[StateKind.ATTENTION],
-                dual.pool_for(StateKind.RECURRENT, recurrent) if recurrent
-                else by_kind[StateKind.RECURRENT])
+        return (dual.pool_for(_ATTENTION, attention) if attention
+                else by_kind[_ATTENTION],
+                dual.pool_for(_RECURRENT, recurrent) if recurrent
+                else by_kind[_RECURRENT])
 
     def available(self) -> Need:
         by_kind = self.dual.by_kind  # (num_available of each kind's pool)
-        a, r = by_kind[StateKind.ATTENTION], by_kind[StateKind.RECURRENT]
+        a, r = by_kind[_ATTENTION], by_kind[_RECURRENT]
         return _tuple_new(Need, (len(a._free) + len(a._cached),  # Need(a, r)
                                  len(r._free) + len(r._cached)))
 
