@@ -58,6 +58,7 @@ from lineage.episode_ranges import (
     only_episodes,
 )
 from lineage.gathered_supply import (
+    EMPTY_TABLE,
     REST_TABLE,
     SEQ_TABLE,
     gather_seq_supply,
@@ -79,9 +80,9 @@ NAMES = ("_supply", "_chain_probe", "_chain_validity")
 # one-row facts about the whole _supply, gathered in its partition loop
 FACT_NAMES = ("_supply_ordered",)
 # computed by their SQL over the supply rows they read, gathered from the supply part files
-GATHERED_NAMES = ("depth_changes", "loss_causes")
+GATHERED_NAMES = ("depth_changes", "loss_causes", "run_summary")
 # of them, the ones views.HEAVY does not materialize: connect_parquet adds them on this path
-EXTRA_NAMES = ("loss_causes",)
+EXTRA_NAMES = ("loss_causes", "run_summary")
 # materialized by finish() after every view, by its SQL with no supply rows, where the
 # _supply_rows stream showed no step regressing (the on_view name create_views gives it then)
 FINISH_NAME = "table_checks (no supply rows)"
@@ -101,6 +102,8 @@ _CHAIN_TYPES = {"row": np.int64, "is_rec": bool, "pos": np.int64, "hash": np.uin
 # tests set this to check that a lost partition changes the answer (negative control): the
 # last key partition's chain positions are then skipped
 _FAULT_DROP_LAST_PART = False
+# likewise: run_summary's publication count (from the _supply loop) one too many
+_FAULT_SUPPLY_COUNTS = False
 # likewise: the last key partition's unsettled entries' supply rows are not gathered for
 # _chain_rest
 _FAULT_REST_LAST_PART = False
@@ -125,6 +128,7 @@ class Bounded:
         self._rest_supply = False
         self._seq_supply: bool | None = None  # None: not gathered
         self._losses: pa.Table | None = None  # loss_causes' counts per (cause, is_rec)
+        self._supply_counts: tuple[int, int] | None = None  # publication rows, loss rows
         self._regresses: bool | None = None  # some supply step regresses (None: not known)
         self.checks_without_supply = False  # finish() materialized table_checks (tests read it)
         self.seq_source = ""  # where depth_changes' supply rows came from (tests read it)
@@ -148,6 +152,8 @@ class Bounded:
                 return self._depth_changes(con, stmts)
             if name == "loss_causes":
                 return self._loss_causes(con, stmts)
+            if name == "run_summary":
+                return self._run_summary(con, stmts)
         return False
 
     def close(self) -> None:
@@ -169,32 +175,63 @@ class Bounded:
         return out
 
     def _supply_rows(self, con: duckdb.DuckDBPyConnection, stmts: list) -> bool:
+        """Every key partition's rows numbered (``number_supply``) for the facts later views
+        read: ``_supply_ordered``'s, loss_causes' counts, run_summary's publications and
+        losses. ``_supply`` itself stays its SQL view: no later view on this path reads it
+        whole (each reads the few rows gathered for it, or the facts), and a TEMP table of
+        every supply row (~53M rows, ~110 B each, at 100M events) was DuckDB's largest,
+        written to its spill and read back by nothing."""
         steps = StepBounds()  # _supply's rows are _supply_rows', numbered
         split = self._split(con, "SELECT * FROM _supply_rows", "supply", BATCH_ROWS, steps)
         if split is None:
             return False
-        out = Batched(con, "_supply__rows")
         ordered = True
         losses: list[pa.Table] = []
+        pubs = lost = 0
+        empty: pa.Table | None = None
         for k in range(self.parts):
             rows = split.read(k)
             if rows is None:
                 continue
             numbered = number_supply(rows)
             if numbered is None:
-                out.drop()
+                split.remove()
                 return False
             ordered = ordered and in_step_order(numbered)
             losses.append(loss_counts(numbered))
-            out.add(numbered)
-        out.flush()
-        if not out.created:  # no supply rows at all
+            is_pub = numbered["is_pub"]
+            pubs += int(pc.sum(is_pub).as_py() or 0)
+            lost += int(pc.sum(pc.invert(is_pub)).as_py() or 0)
+            if empty is None:
+                empty = numbered.slice(0, 0)
+        if empty is None:  # no supply rows at all
+            split.remove()
             return False
-        swap(con, "_supply", stmts)
+        if _FAULT_SUPPLY_COUNTS:
+            pubs += 1
+        con.register("_supply_no_rows", empty)
+        con.execute(f"CREATE TEMP TABLE {EMPTY_TABLE} AS SELECT * FROM _supply_no_rows")
+        con.unregister("_supply_no_rows")
+        for st in stmts[1:]:  # the view's comments; it stays the view
+            con.execute(st.query)
         self._supply = split
         self._ordered = ordered
         self._regresses = steps.regresses()
         self._losses = sum_losses(pa.concat_tables(losses))
+        self._supply_counts = (pubs, lost)
+        return True
+
+    def _run_summary(self, con: duckdb.DuckDBPyConnection, stmts: list) -> bool:
+        """The view's SQL with no supply rows standing for ``_supply`` (its only read of
+        it: ``count(*)`` of the publication and of the loss rows), then those two counts
+        from the ``_supply`` loop."""
+        if self._supply_counts is None:
+            return False
+        with supply_standing(con, None):
+            con.execute("CREATE TEMP TABLE run_summary__rows AS SELECT * FROM run_summary")
+        con.execute("UPDATE run_summary__rows SET publications = ?, losses = ?",
+                    list(self._supply_counts))
+        swap(con, "run_summary", stmts)
         return True
 
     def finish(self, con: duckdb.DuckDBPyConnection) -> bool:
@@ -202,7 +239,16 @@ class Bounded:
         by its SQL with no supply rows standing for ``_supply`` where the ``_supply_rows``
         stream showed no step regressing (its supply part then counts 0 whatever the rows;
         lineage/supply_steps.py). At the end, so that the spilled ``_supply`` is not touched;
-        at creation the query ran while ``_supply`` was being spilled. False: left alone."""
+        at creation the query ran while ``_supply`` was being spilled. False: left alone.
+        The empty stand-in for ``_supply`` is dropped after."""
+        try:
+            return self._checks_without_supply(con)
+        finally:
+            if self._supply_counts is not None:
+                con.execute(f"DROP TABLE IF EXISTS {EMPTY_TABLE}")
+                self._supply_counts = None
+
+    def _checks_without_supply(self, con: duckdb.DuckDBPyConnection) -> bool:
         if self._regresses is False:
             ((n,),) = con.execute("SELECT count(*) FROM duckdb_views() "
                                   "WHERE view_name = 'table_checks'").fetchall()
