@@ -1,14 +1,16 @@
 """The NumPy materializations of ``_supply``, ``_chain_probe`` and ``_chain_validity`` for event
 tables larger than memory (``views.connect_parquet(accelerate=True)``): partition-local, each
-key partition's rows written into TEMP tables (DuckDB's memory limit, spilling) or scratch
-files, never held whole in Python; then the per-episode views over ``_chain_validity`` episode
-range by episode range (lineage/episode_ranges.py), and the views that read a few supply rows
-by their SQL over those rows only (no scan of the spilled ``_supply``).
+key partition's rows written into scratch files or TEMP tables (DuckDB's memory limit,
+spilling), never held whole in Python; then the per-episode views over ``_chain_validity``
+episode range by episode range (lineage/episode_ranges.py), and the views that read a few supply
+rows by their SQL over those rows only. ``_supply`` and ``_chain_validity`` themselves stay
+their SQL views (for ad-hoc queries): no view on this path reads either whole.
 
     _supply_rows --stream--> split by hash % parts --> supply part files (Arrow IPC, temp dir)
                       +--> each step's first and last seq (table_checks: lineage/supply_steps.py)
-    per part k:  supply file k --number_supply--> INSERT INTO _supply
-                     + _supply_ordered's fact, loss_causes' counts per (cause, is_rec)
+    per part k:  supply file k --number_supply--> _supply_ordered's fact, loss_causes' counts
+                     per (cause, is_rec), run_summary's publication and loss counts
+                 (_supply itself stays its SQL view: no view on this path reads it whole)
     at the end:  table_checks by its SQL over no supply rows where no step regresses (finish())
     _entries ----stream--> chain positions flattened once, split alike --> chain part files
                       +--> entry rows split by episode range --> entries range files
@@ -24,8 +26,10 @@ by their SQL over those rows only (no scan of the spilled ``_supply``).
     depth_changes: its SQL over the supply rows at _window_flips' seqs (_depth_changes__supply:
                      from _chain_rest__supply when the supply files hold no others there)
     loss_causes:   the counts, and depth_changes' loss seqs among those rows
+    run_summary:   its SQL with no supply rows, then the two counts (its only read of _supply)
 
-"Standing for": ``_supply`` is renamed ``_supply__all`` and the small table takes its name
+"Standing for": ``_supply`` (the view) is renamed ``_supply__all`` and the small table (or
+``_supply__empty``, no rows) takes its name
 while the view's SQL runs (the gathering: lineage/gathered_supply.py). Every row of the three
 key-partitioned views depends on one entry's (``(is_rec, hash)``) rows only, so the key
 partitions give the rows of the whole. Python holds one stream batch while splitting and one
