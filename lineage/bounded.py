@@ -108,6 +108,9 @@ _CHAIN_TYPES = {"row": np.int64, "is_rec": bool, "pos": np.int64, "hash": np.uin
 _FAULT_DROP_LAST_PART = False
 # likewise: run_summary's publication count (from the _supply loop) one too many
 _FAULT_SUPPLY_COUNTS = False
+# tests set this to run the TEMP table _supply (kept where a step regresses) on a trace whose
+# steps do not regress
+_FAULT_SUPPLY_TABLE = False
 # likewise: the last key partition's unsettled entries' supply rows are not gathered for
 # _chain_rest
 _FAULT_REST_LAST_PART = False
@@ -133,6 +136,7 @@ class Bounded:
         self._seq_supply: bool | None = None  # None: not gathered
         self._losses: pa.Table | None = None  # loss_causes' counts per (cause, is_rec)
         self._supply_counts: tuple[int, int] | None = None  # publication rows, loss rows
+        self.supply_kind = "VIEW"  # _supply after _supply_rows: its view, or a TEMP table
         self._regresses: bool | None = None  # some supply step regresses (None: not known)
         self.checks_without_supply = False  # finish() materialized table_checks (tests read it)
         self.seq_source = ""  # where depth_changes' supply rows came from (tests read it)
@@ -181,14 +185,18 @@ class Bounded:
     def _supply_rows(self, con: duckdb.DuckDBPyConnection, stmts: list) -> bool:
         """Every key partition's rows numbered (``number_supply``) for the facts later views
         read: ``_supply_ordered``'s, loss_causes' counts, run_summary's publications and
-        losses. ``_supply`` itself stays its SQL view: no later view on this path reads it
-        whole (each reads the few rows gathered for it, or the facts), and a TEMP table of
-        every supply row (~53M rows, ~110 B each, at 100M events) was DuckDB's largest,
-        written to its spill and read back by nothing."""
+        losses. ``_supply`` itself stays its SQL view where no step regresses: no later view
+        on this path then reads it whole (each reads the few rows gathered for it, or the
+        facts), and a TEMP table of every supply row (~53M rows, ~110 B each, at 100M events)
+        was DuckDB's largest, written to its spill and read back by nothing. Where a step
+        regresses (or that is not known) ``table_checks`` reads it whole: a TEMP table then."""
         steps = StepBounds()  # _supply's rows are _supply_rows', numbered
         split = self._split(con, "SELECT * FROM _supply_rows", "supply", BATCH_ROWS, steps)
         if split is None:
             return False
+        regresses = steps.regresses()
+        out = None if regresses is False and not _FAULT_SUPPLY_TABLE else Batched(
+            con, "_supply__rows")
         ordered = True
         losses: list[pa.Table] = []
         pubs = lost = 0
@@ -199,6 +207,8 @@ class Bounded:
                 continue
             numbered = number_supply(rows)
             if numbered is None:
+                if out is not None:
+                    out.drop()
                 split.remove()
                 return False
             ordered = ordered and in_step_order(numbered)
@@ -208,6 +218,8 @@ class Bounded:
             lost += int(pc.sum(pc.invert(is_pub)).as_py() or 0)
             if empty is None:
                 empty = numbered.slice(0, 0)
+            if out is not None:
+                out.add(numbered)
         if empty is None:  # no supply rows at all
             split.remove()
             return False
@@ -216,11 +228,16 @@ class Bounded:
         con.register("_supply_no_rows", empty)
         con.execute(f"CREATE TEMP TABLE {EMPTY_TABLE} AS SELECT * FROM _supply_no_rows")
         con.unregister("_supply_no_rows")
-        for st in stmts[1:]:  # the view's comments; it stays the view
-            con.execute(st.query)
+        if out is not None:
+            out.flush()
+            swap(con, "_supply", stmts)
+        else:
+            for st in stmts[1:]:  # the view's comments; it stays the view
+                con.execute(st.query)
+        self.supply_kind = "TABLE" if out is not None else "VIEW"
         self._supply = split
         self._ordered = ordered
-        self._regresses = steps.regresses()
+        self._regresses = regresses
         self._losses = sum_losses(pa.concat_tables(losses))
         self._supply_counts = (pubs, lost)
         return True
@@ -231,7 +248,7 @@ class Bounded:
         from the ``_supply`` loop."""
         if self._supply_counts is None:
             return False
-        with supply_standing(con, None):
+        with supply_standing(con, None, self.supply_kind):
             con.execute("CREATE TEMP TABLE run_summary__rows AS SELECT * FROM run_summary")
         con.execute("UPDATE run_summary__rows SET publications = ?, losses = ?",
                     list(self._supply_counts))
@@ -257,7 +274,7 @@ class Bounded:
             ((n,),) = con.execute("SELECT count(*) FROM duckdb_views() "
                                   "WHERE view_name = 'table_checks'").fetchall()
             if n == 1:
-                with supply_standing(con, None):
+                with supply_standing(con, None, self.supply_kind):
                     con.execute("CREATE TEMP TABLE table_checks__rows AS "
                                 "SELECT * FROM table_checks")
                 swap(con, "table_checks", con.extract_statements(load_sql("table_checks")))
@@ -383,7 +400,7 @@ class Bounded:
         assert ranges is not None
         # _chain_rest reads _chain_probe: here only the unsettled positions, all it needs; and
         # _supply: here only their entries' rows (a scan of the spilled _supply spared)
-        with supply_standing(con, REST_TABLE if self._rest_supply else None):
+        with supply_standing(con, REST_TABLE if self._rest_supply else None, self.supply_kind):
             rest = con.sql("SELECT * FROM _chain_rest").to_arrow_table()
         con.execute("DROP TABLE _chain_probe")
         con.execute("ALTER VIEW _chain_probe__sql RENAME TO _chain_probe")
@@ -414,7 +431,7 @@ class Bounded:
             self._drop_rest_supply(con)
             self.close()
             self._supply = None
-        with supply_standing(con, SEQ_TABLE if self._seq_supply else None):
+        with supply_standing(con, SEQ_TABLE if self._seq_supply else None, self.supply_kind):
             con.execute("CREATE TEMP TABLE depth_changes__rows AS SELECT * FROM depth_changes")
         swap(con, "depth_changes", stmts)
         return True
@@ -465,7 +482,7 @@ class Bounded:
         if name == "_window_flips":
             rest = ranges.rest
             assert rest is not None
-            with supply_standing(con, REST_TABLE if self._rest_supply else None):
+            with supply_standing(con, REST_TABLE if self._rest_supply else None, self.supply_kind):
                 by_range(con, name, stmts, {"_chain_validity": lambda r: rest}, [0])
             return True
         if name == "_episode_depths":  # False where NumPy steps aside: the view's SQL, whole

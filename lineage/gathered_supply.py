@@ -44,17 +44,19 @@ _TRY_REST_ROWS = True
 
 
 @contextmanager
-def supply_standing(con: duckdb.DuckDBPyConnection, table: str | None) -> Iterator[None]:
+def supply_standing(con: duckdb.DuckDBPyConnection, table: str | None, kind: str
+                    ) -> Iterator[None]:
     """TEMP table ``table`` (None: :data:`EMPTY_TABLE`, no rows) is ``_supply`` meanwhile; the
-    real one (on the bounded path its SQL view: no view reads it whole) is ``_supply__all``
-    and everything gets its name back after."""
-    con.execute("ALTER VIEW _supply RENAME TO _supply__all")
+    real one (``kind``: ``"VIEW"``, its SQL, where no view reads it whole; or ``"TABLE"``) is
+    ``_supply__all`` and everything gets its name back after."""
+    assert kind in ("VIEW", "TABLE"), kind
+    con.execute(f"ALTER {kind} _supply RENAME TO _supply__all")
     try:
         con.execute(f"ALTER TABLE {table or EMPTY_TABLE} RENAME TO _supply")
         yield
     finally:
         con.execute(f"ALTER TABLE _supply RENAME TO {table or EMPTY_TABLE}")
-        con.execute("ALTER VIEW _supply__all RENAME TO _supply")
+        con.execute(f"ALTER {kind} _supply__all RENAME TO _supply")
 
 
 def rest_supply(sup: pa.Table, rest: pa.Table) -> pa.Table | None:
