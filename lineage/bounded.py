@@ -1,14 +1,16 @@
 """The NumPy materializations of ``_supply``, ``_chain_probe`` and ``_chain_validity`` for event
 tables larger than memory (``views.connect_parquet(accelerate=True)``): partition-local, each
-key partition's rows written into TEMP tables (DuckDB's memory limit, spilling) or scratch
-files, never held whole in Python; then the per-episode views over ``_chain_validity`` episode
-range by episode range (lineage/episode_ranges.py), and the views that read a few supply rows
-by their SQL over those rows only (no scan of the spilled ``_supply``).
+key partition's rows written into scratch files or TEMP tables (DuckDB's memory limit,
+spilling), never held whole in Python; then the per-episode views over ``_chain_validity``
+episode range by episode range (lineage/episode_ranges.py), and the views that read a few supply
+rows by their SQL over those rows only. ``_supply`` and ``_chain_validity`` themselves stay
+their SQL views (for ad-hoc queries): no view on this path reads either whole.
 
     _supply_rows --stream--> split by hash % parts --> supply part files (Arrow IPC, temp dir)
                       +--> each step's first and last seq (table_checks: lineage/supply_steps.py)
-    per part k:  supply file k --number_supply--> INSERT INTO _supply
-                     + _supply_ordered's fact, loss_causes' counts per (cause, is_rec)
+    per part k:  supply file k --number_supply--> _supply_ordered's fact, loss_causes' counts
+                     per (cause, is_rec), run_summary's publication and loss counts
+                 (_supply itself stays its SQL view: no view on this path reads it whole)
     at the end:  table_checks by its SQL over no supply rows where no step regresses (finish())
     _entries ----stream--> chain positions flattened once, split alike --> chain part files
                       +--> entry rows split by episode range --> entries range files
@@ -24,8 +26,10 @@ by their SQL over those rows only (no scan of the spilled ``_supply``).
     depth_changes: its SQL over the supply rows at _window_flips' seqs (_depth_changes__supply:
                      from _chain_rest__supply when the supply files hold no others there)
     loss_causes:   the counts, and depth_changes' loss seqs among those rows
+    run_summary:   its SQL with no supply rows, then the two counts (its only read of _supply)
 
-"Standing for": ``_supply`` is renamed ``_supply__all`` and the small table takes its name
+"Standing for": ``_supply`` (the view) is renamed ``_supply__all`` and the small table (or
+``_supply__empty``, no rows) takes its name
 while the view's SQL runs (the gathering: lineage/gathered_supply.py). Every row of the three
 key-partitioned views depends on one entry's (``(is_rec, hash)``) rows only, so the key
 partitions give the rows of the whole. Python holds one stream batch while splitting and one
@@ -58,6 +62,7 @@ from lineage.episode_ranges import (
     only_episodes,
 )
 from lineage.gathered_supply import (
+    EMPTY_TABLE,
     REST_TABLE,
     SEQ_TABLE,
     gather_seq_supply,
@@ -79,9 +84,9 @@ NAMES = ("_supply", "_chain_probe", "_chain_validity")
 # one-row facts about the whole _supply, gathered in its partition loop
 FACT_NAMES = ("_supply_ordered",)
 # computed by their SQL over the supply rows they read, gathered from the supply part files
-GATHERED_NAMES = ("depth_changes", "loss_causes")
+GATHERED_NAMES = ("depth_changes", "loss_causes", "run_summary")
 # of them, the ones views.HEAVY does not materialize: connect_parquet adds them on this path
-EXTRA_NAMES = ("loss_causes",)
+EXTRA_NAMES = ("loss_causes", "run_summary")
 # materialized by finish() after every view, by its SQL with no supply rows, where the
 # _supply_rows stream showed no step regressing (the on_view name create_views gives it then)
 FINISH_NAME = "table_checks (no supply rows)"
@@ -101,6 +106,11 @@ _CHAIN_TYPES = {"row": np.int64, "is_rec": bool, "pos": np.int64, "hash": np.uin
 # tests set this to check that a lost partition changes the answer (negative control): the
 # last key partition's chain positions are then skipped
 _FAULT_DROP_LAST_PART = False
+# likewise: run_summary's publication count (from the _supply loop) one too many
+_FAULT_SUPPLY_COUNTS = False
+# tests set this to run the TEMP table _supply (kept where a step regresses) on a trace whose
+# steps do not regress
+_FAULT_SUPPLY_TABLE = False
 # likewise: the last key partition's unsettled entries' supply rows are not gathered for
 # _chain_rest
 _FAULT_REST_LAST_PART = False
@@ -125,6 +135,8 @@ class Bounded:
         self._rest_supply = False
         self._seq_supply: bool | None = None  # None: not gathered
         self._losses: pa.Table | None = None  # loss_causes' counts per (cause, is_rec)
+        self._supply_counts: tuple[int, int] | None = None  # publication rows, loss rows
+        self.supply_kind = "VIEW"  # _supply after _supply_rows: its view, or a TEMP table
         self._regresses: bool | None = None  # some supply step regresses (None: not known)
         self.checks_without_supply = False  # finish() materialized table_checks (tests read it)
         self.seq_source = ""  # where depth_changes' supply rows came from (tests read it)
@@ -148,6 +160,8 @@ class Bounded:
                 return self._depth_changes(con, stmts)
             if name == "loss_causes":
                 return self._loss_causes(con, stmts)
+            if name == "run_summary":
+                return self._run_summary(con, stmts)
         return False
 
     def close(self) -> None:
@@ -169,32 +183,76 @@ class Bounded:
         return out
 
     def _supply_rows(self, con: duckdb.DuckDBPyConnection, stmts: list) -> bool:
+        """Every key partition's rows numbered (``number_supply``) for the facts later views
+        read: ``_supply_ordered``'s, loss_causes' counts, run_summary's publications and
+        losses. ``_supply`` itself stays its SQL view where no step regresses: no later view
+        on this path then reads it whole (each reads the few rows gathered for it, or the
+        facts), and a TEMP table of every supply row (~53M rows, ~110 B each, at 100M events)
+        was DuckDB's largest, written to its spill and read back by nothing. Where a step
+        regresses (or that is not known) ``table_checks`` reads it whole: a TEMP table then."""
         steps = StepBounds()  # _supply's rows are _supply_rows', numbered
         split = self._split(con, "SELECT * FROM _supply_rows", "supply", BATCH_ROWS, steps)
         if split is None:
             return False
-        out = Batched(con, "_supply__rows")
+        regresses = steps.regresses()
+        out = None if regresses is False and not _FAULT_SUPPLY_TABLE else Batched(
+            con, "_supply__rows")
         ordered = True
         losses: list[pa.Table] = []
+        pubs = lost = 0
+        empty: pa.Table | None = None
         for k in range(self.parts):
             rows = split.read(k)
             if rows is None:
                 continue
             numbered = number_supply(rows)
             if numbered is None:
-                out.drop()
+                if out is not None:
+                    out.drop()
+                split.remove()
                 return False
             ordered = ordered and in_step_order(numbered)
             losses.append(loss_counts(numbered))
-            out.add(numbered)
-        out.flush()
-        if not out.created:  # no supply rows at all
+            is_pub = numbered["is_pub"]
+            pubs += int(pc.sum(is_pub).as_py() or 0)
+            lost += int(pc.sum(pc.invert(is_pub)).as_py() or 0)
+            if empty is None:
+                empty = numbered.slice(0, 0)
+            if out is not None:
+                out.add(numbered)
+        if empty is None:  # no supply rows at all
+            split.remove()
             return False
-        swap(con, "_supply", stmts)
+        if _FAULT_SUPPLY_COUNTS:
+            pubs += 1
+        con.register("_supply_no_rows", empty)
+        con.execute(f"CREATE TEMP TABLE {EMPTY_TABLE} AS SELECT * FROM _supply_no_rows")
+        con.unregister("_supply_no_rows")
+        if out is not None:
+            out.flush()
+            swap(con, "_supply", stmts)
+        else:
+            for st in stmts[1:]:  # the view's comments; it stays the view
+                con.execute(st.query)
+        self.supply_kind = "TABLE" if out is not None else "VIEW"
         self._supply = split
         self._ordered = ordered
-        self._regresses = steps.regresses()
+        self._regresses = regresses
         self._losses = sum_losses(pa.concat_tables(losses))
+        self._supply_counts = (pubs, lost)
+        return True
+
+    def _run_summary(self, con: duckdb.DuckDBPyConnection, stmts: list) -> bool:
+        """The view's SQL with no supply rows standing for ``_supply`` (its only read of
+        it: ``count(*)`` of the publication and of the loss rows), then those two counts
+        from the ``_supply`` loop."""
+        if self._supply_counts is None:
+            return False
+        with supply_standing(con, None, self.supply_kind):
+            con.execute("CREATE TEMP TABLE run_summary__rows AS SELECT * FROM run_summary")
+        con.execute("UPDATE run_summary__rows SET publications = ?, losses = ?",
+                    list(self._supply_counts))
+        swap(con, "run_summary", stmts)
         return True
 
     def finish(self, con: duckdb.DuckDBPyConnection) -> bool:
@@ -202,12 +260,21 @@ class Bounded:
         by its SQL with no supply rows standing for ``_supply`` where the ``_supply_rows``
         stream showed no step regressing (its supply part then counts 0 whatever the rows;
         lineage/supply_steps.py). At the end, so that the spilled ``_supply`` is not touched;
-        at creation the query ran while ``_supply`` was being spilled. False: left alone."""
+        at creation the query ran while ``_supply`` was being spilled. False: left alone.
+        The empty stand-in for ``_supply`` is dropped after."""
+        try:
+            return self._checks_without_supply(con)
+        finally:
+            if self._supply_counts is not None:
+                con.execute(f"DROP TABLE IF EXISTS {EMPTY_TABLE}")
+                self._supply_counts = None
+
+    def _checks_without_supply(self, con: duckdb.DuckDBPyConnection) -> bool:
         if self._regresses is False:
             ((n,),) = con.execute("SELECT count(*) FROM duckdb_views() "
                                   "WHERE view_name = 'table_checks'").fetchall()
             if n == 1:
-                with supply_standing(con, None):
+                with supply_standing(con, None, self.supply_kind):
                     con.execute("CREATE TEMP TABLE table_checks__rows AS "
                                 "SELECT * FROM table_checks")
                 swap(con, "table_checks", con.extract_statements(load_sql("table_checks")))
@@ -333,7 +400,7 @@ class Bounded:
         assert ranges is not None
         # _chain_rest reads _chain_probe: here only the unsettled positions, all it needs; and
         # _supply: here only their entries' rows (a scan of the spilled _supply spared)
-        with supply_standing(con, REST_TABLE if self._rest_supply else None):
+        with supply_standing(con, REST_TABLE if self._rest_supply else None, self.supply_kind):
             rest = con.sql("SELECT * FROM _chain_rest").to_arrow_table()
         con.execute("DROP TABLE _chain_probe")
         con.execute("ALTER VIEW _chain_probe__sql RENAME TO _chain_probe")
@@ -364,7 +431,7 @@ class Bounded:
             self._drop_rest_supply(con)
             self.close()
             self._supply = None
-        with supply_standing(con, SEQ_TABLE if self._seq_supply else None):
+        with supply_standing(con, SEQ_TABLE if self._seq_supply else None, self.supply_kind):
             con.execute("CREATE TEMP TABLE depth_changes__rows AS SELECT * FROM depth_changes")
         swap(con, "depth_changes", stmts)
         return True
@@ -415,7 +482,7 @@ class Bounded:
         if name == "_window_flips":
             rest = ranges.rest
             assert rest is not None
-            with supply_standing(con, REST_TABLE if self._rest_supply else None):
+            with supply_standing(con, REST_TABLE if self._rest_supply else None, self.supply_kind):
                 by_range(con, name, stmts, {"_chain_validity": lambda r: rest}, [0])
             return True
         if name == "_episode_depths":  # False where NumPy steps aside: the view's SQL, whole

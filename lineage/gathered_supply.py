@@ -32,6 +32,8 @@ from lineage.supply import number_supply
 
 REST_TABLE = "_chain_rest__supply"
 SEQ_TABLE = "_depth_changes__supply"
+# no supply rows, with _supply's columns (as number_supply gives them)
+EMPTY_TABLE = "_supply__empty"
 
 # tests set this to check that the numbering matters (negative control): depth_changes' rows at
 # the window flips' seqs numbered without the other rows of their entries
@@ -42,22 +44,19 @@ _TRY_REST_ROWS = True
 
 
 @contextmanager
-def supply_standing(con: duckdb.DuckDBPyConnection, table: str | None) -> Iterator[None]:
-    """TEMP table ``table`` (None: an empty copy of ``_supply``) is ``_supply`` meanwhile; the
-    real one is ``_supply__all`` and everything gets its name back after."""
-    con.execute("ALTER TABLE _supply RENAME TO _supply__all")
+def supply_standing(con: duckdb.DuckDBPyConnection, table: str | None, kind: str
+                    ) -> Iterator[None]:
+    """TEMP table ``table`` (None: :data:`EMPTY_TABLE`, no rows) is ``_supply`` meanwhile; the
+    real one (``kind``: ``"VIEW"``, its SQL, where no view reads it whole; or ``"TABLE"``) is
+    ``_supply__all`` and everything gets its name back after."""
+    assert kind in ("VIEW", "TABLE"), kind
+    con.execute(f"ALTER {kind} _supply RENAME TO _supply__all")
     try:
-        if table is not None:
-            con.execute(f"ALTER TABLE {table} RENAME TO _supply")
-        else:
-            con.execute("CREATE TEMP TABLE _supply AS SELECT * FROM _supply__all LIMIT 0")
+        con.execute(f"ALTER TABLE {table or EMPTY_TABLE} RENAME TO _supply")
         yield
     finally:
-        if table is not None:
-            con.execute(f"ALTER TABLE _supply RENAME TO {table}")
-        else:
-            con.execute("DROP TABLE _supply")
-        con.execute("ALTER TABLE _supply__all RENAME TO _supply")
+        con.execute(f"ALTER TABLE _supply RENAME TO {table or EMPTY_TABLE}")
+        con.execute(f"ALTER {kind} _supply__all RENAME TO _supply")
 
 
 def rest_supply(sup: pa.Table, rest: pa.Table) -> pa.Table | None:
@@ -121,7 +120,7 @@ def loss_causes_rows(con: duckdb.DuckDBPyConnection, losses: pa.Table, gathered:
     :func:`loss_counts`) and, for ``depth_decreasing_losses``, the loss rows at depth_changes'
     loss seqs among :data:`SEQ_TABLE`'s (``gathered``: it exists; every row at each window
     flip's seq, and a J change is at one)."""
-    source = SEQ_TABLE if gathered else "(SELECT * FROM _supply LIMIT 0)"
+    source = SEQ_TABLE if gathered else EMPTY_TABLE
     con.register("_loss_counts", losses)
     try:
         con.execute(f"""

@@ -110,8 +110,9 @@ def create_views(con: duckdb.DuckDBPyConnection, meta: RunMeta,
     the chains in its aggregate, ``_supply``, ``_chain_probe`` and ``_chain_validity`` in NumPy
     key partition by key partition, and ``_episode_depths``, ``_window_flips`` and
     ``_boundaries`` episode range by episode range (lineage/bounded.py,
-    lineage/episode_ranges.py; ``_chain_validity`` then stays its SQL view, no later view
-    reading it whole); at the end it may materialize views left to their SQL
+    lineage/episode_ranges.py; ``_supply`` and ``_chain_validity`` then stay their SQL
+    views, no later view reading them whole: run_summary gets its two supply counts from the
+    ``_supply`` loop); at the end it may materialize views left to their SQL
     (``Bounded.finish``: table_checks) and is closed (its scratch files removed).
     """
     if bounded is not None and sql != "current":

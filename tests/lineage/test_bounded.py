@@ -230,6 +230,54 @@ def test_boundaries_chain_lengths_from_the_range_files(tmp_path, monkeypatch):
     assert bad["_boundaries"] != want["_boundaries"]
 
 
+def _kinds(table: pa.Table, tmp: Path) -> dict[str, str]:
+    path = tmp / "kinds.parquet"
+    pq.write_table(table, path)
+    db = tmp / "kinds.duckdb"
+    db.unlink(missing_ok=True)
+    con = views.connect_parquet([str(path)], database=str(db), memory_limit="1GB",
+                                temp_directory=str(tmp / "spill"), threads=1, accelerate=True,
+                                bounded_parts=3)
+    kinds = dict(con.execute("SELECT table_name, table_type FROM information_schema.tables "
+                             "WHERE table_name IN ('_supply', 'run_summary', "
+                             "'_supply__empty')").fetchall())
+    con.close()
+    return kinds
+
+
+@pytest.mark.parametrize("name", ["S2-tight", "regressed1"])
+def test_supply_kind_follows_the_step_regressions(name, tmp_path, monkeypatch):
+    """_supply stays its SQL view where no step regresses (S2-tight) and is a TEMP table where
+    one does (regressed1: table_checks then reads it whole); equal rows both ways (above).
+    The TEMP table on S2-tight (``_FAULT_SUPPLY_TABLE``) gives the same rows too."""
+    kind = "VIEW" if name == "S2-tight" else "LOCAL TEMPORARY"
+    assert _kinds(TABLES[name](), tmp_path) == {"_supply": kind,
+                                                "run_summary": "LOCAL TEMPORARY"}
+    if name == "S2-tight":
+        table = TABLES[name]()
+        want = parquet_answers(table, tmp_path, accelerate=False)
+        monkeypatch.setattr(bounded, "_FAULT_SUPPLY_TABLE", True)
+        assert _kinds(table, tmp_path)["_supply"] == "LOCAL TEMPORARY"
+        got = parquet_answers(table, tmp_path, accelerate=True, parts=3)
+        assert [v for v in COMPARED if got[v] != want[v]] == []
+
+
+def test_supply_stays_its_view_and_run_summary_counts_come_from_the_loop(tmp_path,
+                                                                          monkeypatch):
+    """_supply is not copied into a TEMP table on the bounded path where no step regresses (no
+    view reads it whole then): it stays its SQL view, and run_summary, its one whole reader
+    besides table_checks, gets its publication and loss counts from the _supply loop (equal
+    rows above, where _supply's rows are its SQL's).
+    Negative control: one publication too many changes run_summary, and nothing else."""
+    table = TABLES["S2-tight"]()
+    assert _kinds(table, tmp_path) == {"_supply": "VIEW", "run_summary": "LOCAL TEMPORARY"}
+    want = parquet_answers(table, tmp_path, accelerate=False)
+    monkeypatch.setattr(bounded, "_FAULT_SUPPLY_COUNTS", True)
+    bad = parquet_answers(table, tmp_path, accelerate=True, parts=3)
+    assert bad["run_summary"] != want["run_summary"]
+    assert [v for v in COMPARED if bad[v] != want[v]] == ["run_summary"]
+
+
 @pytest.mark.parametrize("name", ["S2-tight", "regressed1"])
 def test_table_checks_without_supply_rows_where_no_step_regresses(name, tmp_path, monkeypatch):
     """table_checks is materialized at the end over no supply rows where the _supply_rows
