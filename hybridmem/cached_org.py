@@ -290,7 +290,8 @@ class CachedOrganization(Organization):
         keys = tuple(req.attn_chain[:n_blocks])
         hit = None
         if j_ckpt is not None:
-            hit = CheckpointHit(j_ckpt.key, j, tuple(j_ckpt.members), j_ckpt.conv)
+            hit = _tuple_new(CheckpointHit, (j_ckpt.key, j, tuple(j_ckpt.members),
+                                             j_ckpt.conv))  # CheckpointHit(...)
         if _cblocks is not None:  # the comprehension below, compiled (LookupResult(...))
             return _tuple_new(LookupResult, (request_id, a_max, r_max, j,
                                              _cblocks.block_pages(Block, keys, attn_index),
