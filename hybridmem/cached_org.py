@@ -167,6 +167,18 @@ class CachedOrganization(Organization):
         # keeps one block object per block id. Set where a block is forgotten, read and
         # cleared by allocate.
         self.spare_blocks: dict[str, list[Block | None]] = {}
+        # allocate's admission without the frames of ``available``, ``_pools_for``,
+        # ``_fits_in`` (``_admission_inline``) and ``_ckpt_units``: set at construction where
+        # the inline steps are those methods' own (a subclass or a patch that redefines one
+        # gets the calls). ``_fixed_pools``: (attention pool, recurrent pool), the same
+        # whatever the need (subclasses set it); ``_units_each``: recurrent units per new
+        # checkpoint, 0 where ``_ckpt_units`` decides
+        self._fixed_pools: tuple[PagePool, PagePool] | None = None
+        # ``_ckpt_pool()``'s answer where it never changes (subclasses set it where their own
+        # ``_ckpt_pool`` answers a pool fixed at construction), else None: asked per call
+        self._fixed_ckpt_pool: PagePool | None = None
+        self._units_each = (self.members + (self.placement == _PAGE)
+                            if type(self)._ckpt_units is _OWN["_ckpt_units"] else 0)
 
     # == storage layout (subclasses) ===========================================================
     def pool_for(self, kind: StateKind, need: int = 0) -> PagePool:
@@ -179,8 +191,16 @@ class CachedOrganization(Organization):
         raise NotImplementedError
 
     def _ckpt_units(self, count: int) -> int:
-        """Pure: recurrent units ``count`` new checkpoints need (S2 adds new slabs)."""
+        """Pure: recurrent units ``count`` new checkpoints need (S2 adds new slabs); allocate
+        reads ``count * _units_each`` instead where this definition is the organization's."""
         return count * (self.members + (self.placement == _PAGE))
+
+    def _admission_inline(self, pools: tuple[PagePool, PagePool],
+                          own: dict[str, object]) -> tuple[PagePool, PagePool] | None:
+        """``pools`` when each method named in ``own`` is, on this organization's class, the
+        function given there (allocate's inline admission stands for them), else None."""
+        cls = type(self)
+        return pools if all(getattr(cls, name) is fn for name, fn in own.items()) else None
 
     # == events ================================================================================
     def _emit(self, kind: EventKind, **fields: object) -> None:
@@ -239,7 +259,9 @@ class CachedOrganization(Organization):
             recurrent        ^512  x1024 ^1536           complete checkpoints at 512 and 1536
             a_max = 1536, r_max = 1536, j = 1536         (on a 512 grid)
         """
-        req = self._req(request_id)
+        req = self.requests.get(request_id)  # self._req(request_id), its frame on error only
+        if req is None:
+            req = self._req(request_id)
         ga, gr = self.attention_grid, self.recurrent_grid
         limit = len(req.tokens) - 1
         attn_index = self.attn_index
@@ -268,7 +290,8 @@ class CachedOrganization(Organization):
         keys = tuple(req.attn_chain[:n_blocks])
         hit = None
         if j_ckpt is not None:
-            hit = CheckpointHit(j_ckpt.key, j, tuple(j_ckpt.members), j_ckpt.conv)
+            hit = _tuple_new(CheckpointHit, (j_ckpt.key, j, tuple(j_ckpt.members),
+                                             j_ckpt.conv))  # CheckpointHit(...)
         if _cblocks is not None:  # the comprehension below, compiled (LookupResult(...))
             return _tuple_new(LookupResult, (request_id, a_max, r_max, j,
                                              _cblocks.block_pages(Block, keys, attn_index),
@@ -277,10 +300,12 @@ class CachedOrganization(Organization):
                             tuple([attn_index[k].page for k in keys]), keys, hit)
 
     def adopt(self, request_id: str, hit: LookupResult) -> None:
-        req = self._req(request_id)
+        req = self.requests.get(request_id)  # self._req(request_id), its frame on error only
+        if req is None:
+            req = self._req(request_id)
         if hit.request_id != request_id:
             raise ValueError(f"hit of {hit.request_id!r} adopted by {request_id!r}")
-        if req.holds_storage:
+        if req.blocks or req.ckpts:  # req.holds_storage
             raise ValueError(f"request {request_id!r} already holds storage; adopt only when "
                              "waiting")
         blocks = []
@@ -409,7 +434,10 @@ class CachedOrganization(Organization):
             pages = m if min(m, default=0) >= 0 else [p for p in m if p >= 0]
         else:
             pages = self._ckpt_pages(ck)
-        self._ckpt_pool().incref_many(pages)  # (pool.incref of each page, in order)
+        pool = self._fixed_ckpt_pool  # self._ckpt_pool(), its frame where it decides
+        if pool is None:
+            pool = self._ckpt_pool()
+        pool.incref_many(pages)  # (pool.incref of each page, in order)
         ck.holders.add(holder)
 
     def _ckpt_unref(self, cks: list[Checkpoint], holder: str | None,
@@ -439,7 +467,9 @@ class CachedOrganization(Organization):
             if retained:
                 for ck in cks:
                     retained.discard(ck.ident)
-        pool = self._ckpt_pool()
+        pool = self._fixed_ckpt_pool  # self._ckpt_pool(), its frame where it decides
+        if pool is None:
+            pool = self._ckpt_pool()
         placement = self.placement
         inside = placement is _INSIDE  # no conv page: _conv_pages is [] for each
         dead = []
@@ -545,11 +575,27 @@ class CachedOrganization(Organization):
         gr = self.recurrent_grid
         top = -(-num_tokens // gr) * gr  # ceil_div(num_tokens, gr) * gr
         bounds = list(range(req.ckpt_top + gr, top + 1, gr))
-        n_rec = self._ckpt_units(len(bounds)) if bounds else 0
+        if bounds:
+            each = self._units_each  # (_ckpt_units(len(bounds)), its frame where it decides)
+            n_rec = len(bounds) * each if each else self._ckpt_units(len(bounds))
+        else:
+            n_rec = 0
         need = _tuple_new(Need, (n_blocks, n_rec))  # Need(n_blocks, n_rec)
-        avail = self.available()
-        apool, rpool = self._pools_for(n_blocks, n_rec)
-        ok = self._fits_in(need, apool, rpool)
+        pools = self._fixed_pools
+        if pools is None:
+            avail = self.available()
+            apool, rpool = self._pools_for(n_blocks, n_rec)
+            ok = self._fits_in(need, apool, rpool)
+        else:  # available(), _pools_for and _fits_in of the fixed pools, in this frame
+            apool, rpool = pools
+            na = len(apool._free) + len(apool._cached)  # apool.num_available
+            if apool is rpool:  # one pool serves both kinds: Need(n, n), need.total fits
+                avail = _tuple_new(Need, (na, na))
+                ok = n_blocks + n_rec <= na
+            else:
+                nr = len(rpool._free) + len(rpool._cached)
+                avail = _tuple_new(Need, (na, nr))
+                ok = n_blocks <= na and n_rec <= nr
         if self._emitting:
             self._emit_allocation(req, need, avail, ok)
         if not ok:
@@ -837,7 +883,9 @@ class CachedOrganization(Organization):
         if not held and self.placement is _SLOT:
             self._clear_slot(ck)  # the sentinel (slab already gone) clears nothing
         if pool is None:
-            pool = self._ckpt_pool()
+            pool = self._fixed_ckpt_pool  # self._ckpt_pool(), its frame where it decides
+            if pool is None:
+                pool = self._ckpt_pool()
         if self.placement is _INSIDE:  # _ckpt_pages(ck): its present members
             m = ck.members
             if min(m, default=0) >= 0:
@@ -959,7 +1007,9 @@ class CachedOrganization(Organization):
                 self._emit(EventKind.PUBLICATION, request_id=request_id,
                            preemption_count=req.preemptions, hash=key, **self._ckpt_fields(ck))
         if pages:  # every page of every checkpoint published here: one hold each
-            pool = self._ckpt_pool()  # (pool.hold_many(pages), in this loop)
+            pool = self._fixed_ckpt_pool  # self._ckpt_pool(), its frame where it decides
+            if pool is None:
+                pool = self._ckpt_pool()  # (pool.hold_many(pages), in this loop)
             refs, holds = pool._refs, pool._holds
             for p in pages:
                 assert refs[p] or holds[p], f"pool {pool.name}: hold on free page {p}; " \
@@ -1073,7 +1123,9 @@ class CachedOrganization(Organization):
         self._release_all(req, Cause.NONE)
 
     def finish(self, request_id: str) -> None:
-        req = self._req(request_id)
+        req = self.requests.get(request_id)  # self._req(request_id), its frame on error only
+        if req is None:
+            req = self._req(request_id)
         self._release_all(req, _FINISH)
         if self.pins:  # (none: _unpin_owned finds nothing to unpin)
             self._unpin_owned(request_id)
@@ -1156,3 +1208,8 @@ class CachedOrganization(Organization):
                 raise AssertionError(f"{self.name} pool {pool.name}: {len(stale)} pages whose "
                                      f"owner record disagrees with their state, first page {p} "
                                      f"({pool.state(p)}, owner {owners[p]!r})")
+
+
+# the module's own definitions that allocate's ``_units_each`` stands for (read at construction;
+# in a dict, not a module-level function name, which the mutant runner would patch with them)
+_OWN: dict[str, object] = {"_ckpt_units": CachedOrganization._ckpt_units}

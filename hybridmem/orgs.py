@@ -37,6 +37,9 @@ class SharedPoolOrganization(CachedOrganization):
         self.pool = PagePool("shared", num_pages)
         self.page_bytes = page_bytes
         self.owner = {"shared": [None] * num_pages}
+        self._fixed_pools = self._admission_inline((self.pool, self.pool), _SHARED_ADMISSION)
+        if type(self)._ckpt_pool is _OWN["shared _ckpt_pool"]:
+            self._fixed_ckpt_pool = self.pool
 
     def pool_for(self, kind: StateKind, need: int = 0) -> PagePool:
         return self.pool
@@ -117,6 +120,14 @@ class D0(CachedOrganization):
         self.unit_bytes = {"attention": attention_unit_bytes, "recurrent": recurrent_unit_bytes}
         self.owner = {"attention": [None] * attention_units,
                       "recurrent": [None] * recurrent_units}
+        if type(self)._ckpt_pool is _OWN["D0 _ckpt_pool"]:
+            self._fixed_ckpt_pool = self.dual.by_kind[_RECURRENT]
+        # DualPools.pool_for's answer for a need is by_kind's (need unused) while it is the
+        # module's own definition; a patched one (a test's borrowing pool) is asked per call
+        if DualPools.pool_for is _OWN["DualPools.pool_for"]:
+            by_kind = self.dual.by_kind
+            self._fixed_pools = self._admission_inline(
+                (by_kind[_ATTENTION], by_kind[_RECURRENT]), _D0_ADMISSION)
 
     def pool_for(self, kind: StateKind, need: int = 0) -> PagePool:
         if need:  # DualPools.pool_for decides (need is unused there: no capacity moves)
@@ -152,3 +163,17 @@ class D0(CachedOrganization):
     def check_integrity(self) -> None:
         self.dual.check_integrity()
         super().check_integrity()
+
+
+# what allocate's inline admission stands for (CachedOrganization._admission_inline)
+_SHARED_ADMISSION: dict[str, object] = {
+    "available": SharedPoolOrganization.available,
+    "_pools_for": SharedPoolOrganization._pools_for,
+    "_fits_in": CachedOrganization._fits_in}
+_D0_ADMISSION: dict[str, object] = {
+    "available": D0.available, "_pools_for": D0._pools_for, "_fits_in": CachedOrganization._fits_in}
+# the definitions whose answers are fixed at construction (_fixed_ckpt_pool; D0's pools for a
+# need); in a dict, not module-level function names, which the mutant runner would patch
+_OWN: dict[str, object] = {"shared _ckpt_pool": SharedPoolOrganization._ckpt_pool,
+                           "D0 _ckpt_pool": D0._ckpt_pool,
+                           "DualPools.pool_for": DualPools.pool_for}
