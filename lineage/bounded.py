@@ -50,7 +50,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lineage.bounded_entries import materialize_entries
+from lineage.bounded_entries import (
+    entries_exact,
+    entries_narrow,
+    materialize_entries,
+)
 from lineage.entry_order import as_numpy, small_pages
 from lineage.episode_ranges import (
     EpisodeRanges,
@@ -140,12 +144,15 @@ class Bounded:
         self._regresses: bool | None = None  # some supply step regresses (None: not known)
         self.checks_without_supply = False  # finish() materialized table_checks (tests read it)
         self.seq_source = ""  # where depth_changes' supply rows came from (tests read it)
+        self._entries_joined = False  # _entries' chains are its rows' at entry_seq
+        self._entries_narrow = False  # _entries stands as lengths until finish()
 
     def materialize(self, con: duckdb.DuckDBPyConnection, name: str, stmts: list) -> bool:
         """Put the view's rows in place (True), or leave it to the SQL (False)."""
         with small_pages():
             if name == "_entries":
-                return materialize_entries(con, stmts)
+                self._entries_joined = materialize_entries(con, stmts)
+                return self._entries_joined
             if name == "_supply":
                 return self._supply_rows(con, stmts)
             if name == "_supply_ordered":
@@ -265,6 +272,9 @@ class Bounded:
         try:
             return self._checks_without_supply(con)
         finally:
+            if self._entries_narrow:
+                entries_exact(con)
+                self._entries_narrow = False
             if self._supply_counts is not None:
                 con.execute(f"DROP TABLE IF EXISTS {EMPTY_TABLE}")
                 self._supply_counts = None
@@ -407,6 +417,11 @@ class Bounded:
         ranges.write_validity(rest)
         ranges.validity.close()
         ranges.rest = rest
+        # every chain read is done: the later views read the chains' lengths alone (episodes'
+        # len(chain), len(recurrent_chain)), so the TEMP table drops the lists (~0.7 GiB at
+        # 100M events, which pushed episode_lineage's build to DuckDB's spill); finish() puts
+        # the exact view (chains joined from the events) in its place
+        self._entries_narrow = self._entries_joined and entries_narrow(con)
         # no later view reads the whole _chain_validity (the range views read the files, and
         # _window_flips _chain_rest's rows): it stays its SQL, for ad-hoc queries
         for st in stmts[1:]:

@@ -20,10 +20,21 @@ from __future__ import annotations
 import duckdb
 
 from lineage.materialize import swap
+from lineage.sql_files import load_sql
 
 # tests set this to check that a wrong chain changes the answer (negative control): the chains
 # are then joined from the episode's last waiting-entry row instead of its first
 _FAULT_LAST_ROW = False
+# likewise: the lengths standing for the chains after the probe one key short (recurrent)
+_FAULT_NARROW_LENGTH = False
+# likewise: the exact view put back by entries_exact gives each attention chain reversed
+_FAULT_EXACT_CHAIN = False
+
+# _entries' columns, in order (lineage/sql/_entries.sql)
+ENTRY_COLUMNS = ("ep", "request_id", "preemption_count", "entry_seq", "entry_step",
+                 "prompt_tokens", "chain", "entry_rows", "recurrent_chain", "adopt_seq",
+                 "adopt_step", "j_adopt", "has_window")
+FIXED_TABLE = "_entries__fixed"
 
 _FIRST = """
 CREATE TEMP TABLE _entries__first AS
@@ -101,3 +112,83 @@ def materialize_entries(con: duckdb.DuckDBPyConnection, stmts: list) -> bool:
         return False
     swap(con, "_entries", stmts)
     return True
+
+
+_FIXED = f"""
+CREATE TEMP TABLE {FIXED_TABLE} AS
+SELECT * EXCLUDE (chain, recurrent_chain),
+       len(chain) AS attention_keys, len(recurrent_chain) AS recurrent_keys
+FROM _entries
+"""
+
+_NARROW = f"""
+CREATE VIEW _entries AS
+SELECT ep, request_id, preemption_count, entry_seq, entry_step, prompt_tokens,
+       list_resize(CAST([] AS UBIGINT[]), attention_keys) AS chain,
+       entry_rows,
+       list_resize(CAST([] AS UBIGINT[]), {{recurrent}}) AS recurrent_chain,
+       adopt_seq, adopt_step, j_adopt, has_window
+FROM {FIXED_TABLE}
+"""
+
+# _ROWS without the aggregate: the fixed columns from the table, the chains from the episode's
+# row at entry_seq (one row per episode: materialize_entries checked it)
+_EXACT = f"""
+CREATE OR REPLACE VIEW _entries AS
+WITH chains AS (
+    SELECT request_id, preemption_count, seq, chain, recurrent_chain
+    FROM events
+    WHERE kind = 'waiting_entry' AND request_id <> ''
+),
+joined AS (
+    SELECT
+        f.*,
+        coalesce(c.chain, CAST([] AS UBIGINT[])) AS chain,
+        coalesce(c.recurrent_chain, CAST([] AS UBIGINT[])) AS recurrent_chain
+    FROM {FIXED_TABLE} AS f
+    JOIN chains AS c
+        ON c.request_id = f.request_id AND c.preemption_count = f.preemption_count
+       AND c.seq = f.entry_seq
+)
+SELECT
+    f.ep, f.request_id, f.preemption_count, f.entry_seq, f.entry_step, f.prompt_tokens,
+    {{chain}} AS chain,
+    f.entry_rows,
+    CASE WHEN f.prompt_tokens > 0
+         THEN f.recurrent_chain[1 : (f.prompt_tokens - 1) // p.recurrent_grid_tokens]
+         ELSE f.recurrent_chain
+    END AS recurrent_chain,
+    f.adopt_seq, f.adopt_step, f.j_adopt, f.has_window
+FROM joined AS f
+CROSS JOIN _params AS p
+"""
+
+
+def entries_narrow(con: duckdb.DuckDBPyConnection) -> bool:
+    """After the last read of the chains (the probe's split, ``_chain_rest``): the TEMP table
+    ``_entries`` (as :func:`materialize_entries` put it) becomes ``_entries__fixed``, its
+    columns without the two chain lists plus their lengths, and ``_entries`` a view over it
+    whose chains are lists of as many NULL keys (of the later views depth_changes reads its
+    ``request_id``, episode_lineage ``episodes``' columns but not the chains' lengths, and
+    ``_episode_depths``' SQL, where the NumPy steps aside, ``len(recurrent_chain)``).
+    :func:`entries_exact` puts the exact rows back at the end. False: left alone."""
+    cols = con.execute("SELECT column_name FROM duckdb_columns() WHERE table_name = '_entries' "
+                       "AND database_name = 'temp' ORDER BY column_index").fetchall()
+    if tuple(c for (c,) in cols) != ENTRY_COLUMNS:
+        return False
+    con.execute(_FIXED)
+    con.execute("DROP TABLE _entries")
+    recurrent = "greatest(recurrent_keys - 1, 0)" if _FAULT_NARROW_LENGTH else "recurrent_keys"
+    # identifiers and expressions of our own, never values
+    con.execute(_NARROW.replace("{recurrent}", recurrent))
+    return True
+
+
+def entries_exact(con: duckdb.DuckDBPyConnection) -> None:
+    """``_entries``' exact rows as a view: the fixed columns from ``_entries__fixed``, the
+    chains joined from the events (an ad-hoc read of ``_entries`` or ``episodes`` scans the
+    events' waiting-entry rows), with the view's comments."""
+    chain = "list_reverse(f.chain)" if _FAULT_EXACT_CHAIN else "f.chain"
+    con.execute(_EXACT.replace("{chain}", chain))
+    for st in con.extract_statements(load_sql("_entries"))[1:]:
+        con.execute(st.query)

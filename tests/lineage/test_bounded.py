@@ -230,7 +230,9 @@ def test_boundaries_chain_lengths_from_the_range_files(tmp_path, monkeypatch):
     assert bad["_boundaries"] != want["_boundaries"]
 
 
-def _kinds(table: pa.Table, tmp: Path) -> dict[str, str]:
+def _kinds(table: pa.Table, tmp: Path,
+           names: tuple[str, ...] = ("_supply", "run_summary", "_supply__empty")
+           ) -> dict[str, str]:
     path = tmp / "kinds.parquet"
     pq.write_table(table, path)
     db = tmp / "kinds.duckdb"
@@ -239,8 +241,7 @@ def _kinds(table: pa.Table, tmp: Path) -> dict[str, str]:
                                 temp_directory=str(tmp / "spill"), threads=1, accelerate=True,
                                 bounded_parts=3)
     kinds = dict(con.execute("SELECT table_name, table_type FROM information_schema.tables "
-                             "WHERE table_name IN ('_supply', 'run_summary', "
-                             "'_supply__empty')").fetchall())
+                             "WHERE list_contains(?, table_name)", [list(names)]).fetchall())
     con.close()
     return kinds
 
@@ -397,12 +398,47 @@ def test_entries_step_aside_for_a_tie_at_the_least_seq(tmp_path):
 
 
 def test_entries_from_the_last_row_change_the_rows(tmp_path, monkeypatch):
-    """Negative control: the chains joined from each episode's last waiting-entry row."""
+    """Negative control: the chains joined from each episode's last waiting-entry row (the
+    probe reads them; _entries' own rows are the exact view's again at the end)."""
     table = pa.concat_tables([TABLES["regressed1"](), _later_entry(TABLES["regressed1"]())])
     want = parquet_answers(table, tmp_path, accelerate=False)
     monkeypatch.setattr(bounded_entries, "_FAULT_LAST_ROW", True)
     bad = parquet_answers(table, tmp_path, accelerate=True, parts=3)
-    assert bad["_entries"] != want["_entries"]
+    assert bad[VALIDITY] != want[VALIDITY]
+
+
+ENTRY_KINDS = ("_entries", bounded_entries.FIXED_TABLE)
+
+
+def test_entries_drop_their_chains_after_the_probe(tmp_path, monkeypatch):
+    """After the probe's split and _chain_rest (the last reads of the chains) the TEMP table
+    keeps _entries' other columns and the chains' lengths (_entries__fixed); the later views
+    read lists of as many NULL keys, and connect_parquet leaves the exact view (the chains
+    joined from the events at entry_seq): equal rows above.
+    Negative controls: the recurrent lengths one key short change _episode_depths by its SQL
+    (NumPy stepping aside: its one reader of them) and what reads it, not _entries; a reversed
+    chain in the exact view changes _entries and the views read ad hoc through it alone."""
+    table = TABLES["S2-tight"]()
+    assert _kinds(table, tmp_path, ENTRY_KINDS) == {"_entries": "VIEW",
+                                                    bounded_entries.FIXED_TABLE: "LOCAL TEMPORARY"}
+    want = parquet_answers(table, tmp_path, accelerate=False)
+    with monkeypatch.context() as m:
+        m.setattr(bounded, "episode_depths", lambda *a: None)
+        m.setattr(bounded_entries, "_FAULT_NARROW_LENGTH", True)
+        bad = parquet_answers(table, tmp_path, accelerate=True, parts=3)
+    differ = [v for v in COMPARED if bad[v] != want[v]]
+    assert "_episode_depths" in differ and "_entries" not in differ and "episodes" not in differ
+    monkeypatch.setattr(bounded_entries, "_FAULT_EXACT_CHAIN", True)
+    bad = parquet_answers(table, tmp_path, accelerate=True, parts=3)
+    # _chain_validity stays its SQL view, which reads the chains through _entries
+    assert [v for v in COMPARED if bad[v] != want[v]] == ["_entries", "_chain_validity"]
+
+
+def test_entries_keep_their_chains_where_the_sql_computed_them(tmp_path):
+    """Where the view's SQL computed _entries (a tie at the least seq) the chains are not
+    joined from the events: the TEMP table stays whole (equal rows in the test above it)."""
+    table = _with_entry_tie(TABLES["regressed1"]())
+    assert _kinds(table, tmp_path, ENTRY_KINDS) == {"_entries": "LOCAL TEMPORARY"}
 
 
 def _later_entry(table: pa.Table) -> pa.Table:
