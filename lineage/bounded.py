@@ -21,6 +21,9 @@ their SQL views (for ad-hoc queries): no view on this path reads either whole.
     once:        SELECT * FROM _chain_rest (its SQL, _chain_rest__supply standing for _supply)
                      --> validity range files, and kept whole
     _chain_validity stays its SQL view (no later view reads it whole)
+    then:        _entries' TEMP table drops the chain lists (_entries__fixed: the other columns
+                     and the chains' lengths; _entries a view of NULL-key lists as long),
+                     finish() puts back the exact view (chains joined from the events)
     _episode_depths, _window_flips, _boundaries: lineage/episode_ranges.py (_window_flips with
                      _chain_rest__supply standing for _supply)
     depth_changes: its SQL over the supply rows at _window_flips' seqs (_depth_changes__supply:

@@ -13,13 +13,23 @@ joined from the episode's row at ``entry_seq`` (one streaming probe of the event
 The same rows as the view wherever each episode has exactly one waiting-entry row at its least
 seq: checked by the row count (a tie at the least seq gives more rows, a NULL seq fewer), and
 where it fails the view's SQL runs instead.
+
+Once the probe and ``_chain_rest`` have read the chains (lineage/bounded.py), no later view on
+the bounded path reads more of them than their lengths, and the lists (~0.7 GiB of a 100M-event
+run's TEMP tables, which pushed ``episode_lineage``'s build into DuckDB's spill) are dropped:
+
+    _entries__fixed (TEMP, materialize_entries): the view's columns, len(chain),
+        len(recurrent_chain); _entries a view of the view's columns
+    after the probe: ALTER TABLE _entries__fixed DROP COLUMN chain, recurrent_chain (DuckDB
+        rewrites nothing); _entries (VIEW, while the views are created): lists of as many NULL keys
+    _entries (VIEW, after; entries_exact): _entries__fixed JOIN the events' waiting-entry row at
+        entry_seq for the chains (the join materialize_entries checked: one row per episode)
 """
 
 from __future__ import annotations
 
 import duckdb
 
-from lineage.materialize import swap
 from lineage.sql_files import load_sql
 
 # tests set this to check that a wrong chain changes the answer (negative control): the chains
@@ -55,8 +65,11 @@ SELECT row_number() OVER (ORDER BY request_id, preemption_count) AS ep, *
 FROM first_rows
 """
 
+# the view's columns plus the chains' lengths (dropped with the chains after the probe)
 _ROWS = """
-CREATE TEMP TABLE _entries__rows AS
+CREATE TEMP TABLE {fixed} AS
+SELECT *, len(chain) AS attention_keys, len(recurrent_chain) AS recurrent_keys
+FROM (
 WITH chains AS (
     SELECT request_id, preemption_count, seq, chain, recurrent_chain
     FROM events
@@ -93,6 +106,7 @@ FROM joined AS f
 CROSS JOIN _params AS p
 LEFT JOIN _adoptions AS a
     ON a.request_id = f.request_id AND a.preemption_count = f.preemption_count
+)
 """
 
 
@@ -102,27 +116,25 @@ def materialize_entries(con: duckdb.DuckDBPyConnection, stmts: list) -> bool:
     con.execute(_FIRST)
     try:
         # an identifier of our own, never a value
-        con.execute(_ROWS.replace("{cut}", "last_seq" if _FAULT_LAST_ROW else "entry_seq"))
+        con.execute(_ROWS.replace("{cut}", "last_seq" if _FAULT_LAST_ROW else "entry_seq")
+                    .replace("{fixed}", FIXED_TABLE))
         ((want,),) = con.execute("SELECT count(*) FROM _entries__first").fetchall()
-        ((got,),) = con.execute("SELECT count(*) FROM _entries__rows").fetchall()
+        ((got,),) = con.execute(f"SELECT count(*) FROM {FIXED_TABLE}").fetchall()
     finally:
         con.execute("DROP TABLE _entries__first")
     if got != want:
-        con.execute("DROP TABLE _entries__rows")
+        con.execute(f"DROP TABLE {FIXED_TABLE}")
         return False
-    swap(con, "_entries", stmts)
+    # _entries: the view's columns of the table (the lengths are for entries_narrow)
+    con.execute(f"CREATE OR REPLACE VIEW _entries AS SELECT {', '.join(ENTRY_COLUMNS)} "
+                f"FROM {FIXED_TABLE}")
+    for st in stmts[1:]:
+        con.execute(st.query)
     return True
 
 
-_FIXED = f"""
-CREATE TEMP TABLE {FIXED_TABLE} AS
-SELECT * EXCLUDE (chain, recurrent_chain),
-       len(chain) AS attention_keys, len(recurrent_chain) AS recurrent_keys
-FROM _entries
-"""
-
 _NARROW = f"""
-CREATE VIEW _entries AS
+CREATE OR REPLACE VIEW _entries AS
 SELECT ep, request_id, preemption_count, entry_seq, entry_step, prompt_tokens,
        list_resize(CAST([] AS UBIGINT[]), attention_keys) AS chain,
        entry_rows,
@@ -166,18 +178,16 @@ CROSS JOIN _params AS p
 
 def entries_narrow(con: duckdb.DuckDBPyConnection) -> bool:
     """After the last read of the chains (the probe's split, ``_chain_rest``): the TEMP table
-    ``_entries`` (as :func:`materialize_entries` put it) becomes ``_entries__fixed``, its
-    columns without the two chain lists plus their lengths, and ``_entries`` a view over it
-    whose chains are lists of as many NULL keys (of the later views depth_changes reads its
-    ``request_id``, episode_lineage ``episodes``' columns but not the chains' lengths, and
+    ``_entries__fixed`` (as :func:`materialize_entries` put it) drops the two chain lists,
+    keeping their lengths, and ``_entries`` becomes a view over it whose chains are lists of
+    as many NULL keys (of the later views depth_changes reads its ``request_id``,
+    episode_lineage ``episodes``' columns but not the chains' lengths, and
     ``_episode_depths``' SQL, where the NumPy steps aside, ``len(recurrent_chain)``).
-    :func:`entries_exact` puts the exact rows back at the end. False: left alone."""
-    cols = con.execute("SELECT column_name FROM duckdb_columns() WHERE table_name = '_entries' "
-                       "AND database_name = 'temp' ORDER BY column_index").fetchall()
-    if tuple(c for (c,) in cols) != ENTRY_COLUMNS:
-        return False
-    con.execute(_FIXED)
-    con.execute("DROP TABLE _entries")
+    :func:`entries_exact` puts the exact rows back at the end. Only after
+    :func:`materialize_entries` returned True."""
+    # DuckDB drops a column without rewriting the others (the lists' blocks are freed)
+    con.execute(f"ALTER TABLE {FIXED_TABLE} DROP COLUMN chain")
+    con.execute(f"ALTER TABLE {FIXED_TABLE} DROP COLUMN recurrent_chain")
     recurrent = "greatest(recurrent_keys - 1, 0)" if _FAULT_NARROW_LENGTH else "recurrent_keys"
     # identifiers and expressions of our own, never values
     con.execute(_NARROW.replace("{recurrent}", recurrent))
