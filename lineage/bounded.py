@@ -63,6 +63,7 @@ from lineage.episode_ranges import (
     EpisodeRanges,
     Source,
     by_range,
+    by_range_aside,
     chain_lengths,
     entry_keys,
     episode_depths,
@@ -514,8 +515,8 @@ class Bounded:
                   # each range's own flips: the view's DISTINCT over all of them, per range,
                   # grew with ranges x flips
                   "_window_flips": ranges.by_episode(flips)}
-        by_range(con, name, stmts, inputs,
-                 ranges.ranges(ranges.index(moved).astype(np.int64).tolist()))
+        by_range_aside(con, name, stmts, inputs,
+                       ranges.ranges(ranges.index(moved).astype(np.int64).tolist()))
         if self._supply is None:  # else they wait for depth_changes
             self._drop_rest_supply(con)
             self.close()
