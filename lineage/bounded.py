@@ -21,11 +21,12 @@ their SQL views (for ad-hoc queries): no view on this path reads either whole.
     once:        SELECT * FROM _chain_rest (its SQL, _chain_rest__supply standing for _supply)
                      --> validity range files, and kept whole
     _chain_validity stays its SQL view (no later view reads it whole)
-    then:        _entries' TEMP table drops the chain lists (_entries__fixed: the other columns
-                     and the chains' lengths; _entries a view of NULL-key lists as long),
-                     finish() puts back the exact view (chains joined from the events)
     _episode_depths, _window_flips, _boundaries: lineage/episode_ranges.py (_window_flips with
                      _chain_rest__supply standing for _supply)
+    after _episode_depths (the last reader of the chains, where its SQL runs): _entries' TEMP
+                     table drops the chain lists (_entries__fixed: the other columns and the
+                     chains' lengths; _entries a view of NULL-key lists as long); finish()
+                     puts back the exact view (chains joined from the events)
     depth_changes: its SQL over the supply rows at _window_flips' seqs (_depth_changes__supply:
                      from _chain_rest__supply when the supply files hold no others there)
     loss_causes:   the counts, and depth_changes' loss seqs among those rows
@@ -81,7 +82,7 @@ from lineage.gathered_supply import (
     sum_losses,
     supply_standing,
 )
-from lineage.materialize import Batched, insert_rows, swap
+from lineage.materialize import Batched, insert_rows, materialize_sql, swap
 from lineage.part_files import PartWriter
 from lineage.probe import EntryArrays, chain_positions, entry_arrays, probe_table, validity_columns
 from lineage.sql_files import load_sql
@@ -421,11 +422,6 @@ class Bounded:
         ranges.write_validity(rest)
         ranges.validity.close()
         ranges.rest = rest
-        # every chain read is done: the later views read the chains' lengths alone (episodes'
-        # len(chain), len(recurrent_chain)), so the TEMP table drops the lists (~0.7 GiB at
-        # 100M events, which pushed episode_lineage's build to DuckDB's spill); finish() puts
-        # the exact view (chains joined from the events) in its place
-        self._entries_narrow = self._entries_joined and entries_narrow(con)
         # no later view reads the whole _chain_validity (the range views read the files, and
         # _window_flips _chain_rest's rows): it stays its SQL, for ad-hoc queries
         for st in stmts[1:]:
@@ -505,7 +501,16 @@ class Bounded:
                 by_range(con, name, stmts, {"_chain_validity": lambda r: rest}, [0])
             return True
         if name == "_episode_depths":  # False where NumPy steps aside: the view's SQL, whole
-            return self._depths_in_numpy(con, stmts, validity, entries)
+            done = self._depths_in_numpy(con, stmts, validity, entries)
+            if not done:  # (over the _chain_validity view: the chains, through _chain)
+                materialize_sql(con, name, stmts, 1, None)
+            # every read of the chains is done: the later views read no more of _entries than
+            # its fixed columns (depth_changes, episodes for episode_lineage), so the TEMP
+            # table drops the lists (~0.7 GiB at 100M events, part of what pushed
+            # episode_lineage's build into DuckDB's spill); finish() puts the exact view
+            # (chains joined from the events) in its place
+            self._entries_narrow = self._entries_joined and entries_narrow(con)
+            return True
         # _boundaries: only the moved episodes' rows, of the ranges holding them
         flips = con.sql("SELECT * FROM _window_flips").to_arrow_table()
         moved = flips["ep"]

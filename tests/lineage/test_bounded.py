@@ -392,7 +392,7 @@ def test_depths_step_aside_to_the_whole_sql(tmp_path, monkeypatch):
     monkeypatch.setattr(bounded, "episode_depths", lambda *a: None)
     used: set[str] = set()
     got = parquet_answers(table, tmp_path, accelerate=True, parts=3, used=used)
-    assert "_episode_depths" not in used and "_boundaries" in used
+    assert "episode_depths stepped aside" in used and "_boundaries" in used
     for view in COMPARED:
         assert got[view] == want[view], f"{view}: bounded and SQL rows differ"
 
@@ -434,24 +434,50 @@ def test_entries_from_the_last_row_change_the_rows(tmp_path, monkeypatch):
 ENTRY_KINDS = ("_entries", bounded_entries.FIXED_TABLE)
 
 
+def _episode_keys_while_created(table: pa.Table, tmp: Path) -> list[tuple]:
+    """``episodes``' chain lengths as depth_changes is created (the chains already dropped)."""
+    path = tmp / "keys.parquet"
+    pq.write_table(table, path)
+    seen: list[tuple] = []
+    real = bounded.Bounded.materialize
+
+    def spy(self, con, name, stmts):
+        if name == "depth_changes":
+            seen.extend(_rows(con, "(SELECT ep, attention_keys, recurrent_keys FROM episodes)"))
+        return real(self, con, name, stmts)
+
+    bounded.Bounded.materialize = spy  # type: ignore[method-assign]
+    try:
+        con = views.connect_parquet([str(path)], database=str(tmp / "keys.duckdb"),
+                                    memory_limit="1GB", temp_directory=str(tmp / "spill"),
+                                    threads=1, accelerate=True, bounded_parts=3)
+        con.close()
+    finally:
+        bounded.Bounded.materialize = real  # type: ignore[method-assign]
+    (tmp / "keys.duckdb").unlink()
+    return seen
+
+
 def test_entries_drop_their_chains_after_the_probe(tmp_path, monkeypatch):
-    """After the probe's split and _chain_rest (the last reads of the chains) the TEMP table
-    keeps _entries' other columns and the chains' lengths (_entries__fixed); the later views
-    read lists of as many NULL keys, and connect_parquet leaves the exact view (the chains
-    joined from the events at entry_seq): equal rows above.
-    Negative controls: the recurrent lengths one key short change _episode_depths by its SQL
-    (NumPy stepping aside: its one reader of them) and what reads it, not _entries; a reversed
-    chain in the exact view changes _entries and the views read ad hoc through it alone."""
+    """After _episode_depths (the last reader of the chains: the probe's split, _chain_rest,
+    and its SQL where the NumPy steps aside) the TEMP table keeps _entries' other columns and
+    the chains' lengths (_entries__fixed); the later views read lists of as many NULL keys
+    (episodes' lengths equal the SQL's while they are created), and connect_parquet leaves the
+    exact view (the chains joined from the events at entry_seq): equal rows above.
+    Negative controls: the recurrent lengths one key short change episodes' lengths as the
+    views are created; a reversed chain in the exact view changes _entries and the views read
+    ad hoc through it alone."""
     table = TABLES["S2-tight"]()
     assert _kinds(table, tmp_path, ENTRY_KINDS) == {"_entries": "VIEW",
                                                     bounded_entries.FIXED_TABLE: "LOCAL TEMPORARY"}
     want = parquet_answers(table, tmp_path, accelerate=False)
-    with monkeypatch.context() as m:
-        m.setattr(bounded, "episode_depths", lambda *a: None)
-        m.setattr(bounded_entries, "_FAULT_NARROW_LENGTH", True)
-        bad = parquet_answers(table, tmp_path, accelerate=True, parts=3)
-    differ = [v for v in COMPARED if bad[v] != want[v]]
-    assert "_episode_depths" in differ and "_entries" not in differ and "episodes" not in differ
+    con = views.connect(table)
+    want_keys = _rows(con, "(SELECT ep, attention_keys, recurrent_keys FROM episodes)")
+    con.close()
+    assert _episode_keys_while_created(table, tmp_path) == want_keys
+    monkeypatch.setattr(bounded_entries, "_FAULT_NARROW_LENGTH", True)
+    assert _episode_keys_while_created(table, tmp_path) != want_keys
+    monkeypatch.setattr(bounded_entries, "_FAULT_NARROW_LENGTH", False)
     monkeypatch.setattr(bounded_entries, "_FAULT_EXACT_CHAIN", True)
     bad = parquet_answers(table, tmp_path, accelerate=True, parts=3)
     # _chain_validity stays its SQL view, which reads the chains through _entries
