@@ -22,11 +22,8 @@ their SQL views (for ad-hoc queries): no view on this path reads either whole.
                      --> validity range files, and kept whole
     _chain_validity stays its SQL view (no later view reads it whole)
     _episode_depths, _window_flips, _boundaries: lineage/episode_ranges.py (_window_flips with
-                     _chain_rest__supply standing for _supply)
-    after _episode_depths (the last reader of the chains, where its SQL runs): _entries' TEMP
-                     table drops the chain lists (_entries__fixed: the other columns and the
-                     chains' lengths; _entries a view of NULL-key lists as long); finish()
-                     puts back the exact view (chains joined from the events)
+                     _chain_rest__supply standing for _supply; _boundaries' SQL in a separate
+                     in-memory connection, range by range)
     depth_changes: its SQL over the supply rows at _window_flips' seqs (_depth_changes__supply:
                      from _chain_rest__supply when the supply files hold no others there)
     loss_causes:   the counts, and depth_changes' loss seqs among those rows
@@ -54,11 +51,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lineage.bounded_entries import (
-    entries_exact,
-    entries_narrow,
-    materialize_entries,
-)
+from lineage.bounded_entries import materialize_entries
 from lineage.entry_order import as_numpy, small_pages
 from lineage.episode_ranges import (
     EpisodeRanges,
@@ -82,7 +75,7 @@ from lineage.gathered_supply import (
     sum_losses,
     supply_standing,
 )
-from lineage.materialize import Batched, insert_rows, materialize_sql, swap
+from lineage.materialize import Batched, insert_rows, swap
 from lineage.part_files import PartWriter
 from lineage.probe import EntryArrays, chain_positions, entry_arrays, probe_table, validity_columns
 from lineage.sql_files import load_sql
@@ -149,15 +142,12 @@ class Bounded:
         self._regresses: bool | None = None  # some supply step regresses (None: not known)
         self.checks_without_supply = False  # finish() materialized table_checks (tests read it)
         self.seq_source = ""  # where depth_changes' supply rows came from (tests read it)
-        self._entries_joined = False  # _entries' chains are its rows' at entry_seq
-        self._entries_narrow = False  # _entries stands as lengths until finish()
 
     def materialize(self, con: duckdb.DuckDBPyConnection, name: str, stmts: list) -> bool:
         """Put the view's rows in place (True), or leave it to the SQL (False)."""
         with small_pages():
             if name == "_entries":
-                self._entries_joined = materialize_entries(con, stmts)
-                return self._entries_joined
+                return materialize_entries(con, stmts)
             if name == "_supply":
                 return self._supply_rows(con, stmts)
             if name == "_supply_ordered":
@@ -277,9 +267,6 @@ class Bounded:
         try:
             return self._checks_without_supply(con)
         finally:
-            if self._entries_narrow:
-                entries_exact(con)
-                self._entries_narrow = False
             if self._supply_counts is not None:
                 con.execute(f"DROP TABLE IF EXISTS {EMPTY_TABLE}")
                 self._supply_counts = None
@@ -501,16 +488,7 @@ class Bounded:
                 by_range(con, name, stmts, {"_chain_validity": lambda r: rest}, [0])
             return True
         if name == "_episode_depths":  # False where NumPy steps aside: the view's SQL, whole
-            done = self._depths_in_numpy(con, stmts, validity, entries)
-            if not done:  # (over the _chain_validity view: the chains, through _chain)
-                materialize_sql(con, name, stmts, 1, None)
-            # every read of the chains is done: the later views read no more of _entries than
-            # its fixed columns (depth_changes, episodes for episode_lineage), so the TEMP
-            # table drops the lists (~0.7 GiB at 100M events, part of what pushed
-            # episode_lineage's build into DuckDB's spill); finish() puts the exact view
-            # (chains joined from the events) in its place
-            self._entries_narrow = self._entries_joined and entries_narrow(con)
-            return True
+            return self._depths_in_numpy(con, stmts, validity, entries)
         # _boundaries: only the moved episodes' rows, of the ranges holding them
         flips = con.sql("SELECT * FROM _window_flips").to_arrow_table()
         moved = flips["ep"]
@@ -520,6 +498,7 @@ class Bounded:
                   # each range's own flips: the view's DISTINCT over all of them, per range,
                   # grew with ranges x flips
                   "_window_flips": ranges.by_episode(flips)}
+        # its SQL in a separate connection (lineage/episode_ranges.py: by_range_aside)
         by_range_aside(con, name, stmts, inputs,
                        ranges.ranges(ranges.index(moved).astype(np.int64).tolist()))
         if self._supply is None:  # else they wait for depth_changes

@@ -254,9 +254,7 @@ def test_boundaries_sql_aside_binds_the_run_grids(tmp_path, monkeypatch):
     assert bad["_boundaries"] != want["_boundaries"]
 
 
-def _kinds(table: pa.Table, tmp: Path,
-           names: tuple[str, ...] = ("_supply", "run_summary", "_supply__empty")
-           ) -> dict[str, str]:
+def _kinds(table: pa.Table, tmp: Path) -> dict[str, str]:
     path = tmp / "kinds.parquet"
     pq.write_table(table, path)
     db = tmp / "kinds.duckdb"
@@ -265,7 +263,8 @@ def _kinds(table: pa.Table, tmp: Path,
                                 temp_directory=str(tmp / "spill"), threads=1, accelerate=True,
                                 bounded_parts=3)
     kinds = dict(con.execute("SELECT table_name, table_type FROM information_schema.tables "
-                             "WHERE list_contains(?, table_name)", [list(names)]).fetchall())
+                             "WHERE table_name IN ('_supply', 'run_summary', "
+                             "'_supply__empty')").fetchall())
     con.close()
     return kinds
 
@@ -392,7 +391,7 @@ def test_depths_step_aside_to_the_whole_sql(tmp_path, monkeypatch):
     monkeypatch.setattr(bounded, "episode_depths", lambda *a: None)
     used: set[str] = set()
     got = parquet_answers(table, tmp_path, accelerate=True, parts=3, used=used)
-    assert "episode_depths stepped aside" in used and "_boundaries" in used
+    assert "_episode_depths" not in used and "_boundaries" in used
     for view in COMPARED:
         assert got[view] == want[view], f"{view}: bounded and SQL rows differ"
 
@@ -422,73 +421,12 @@ def test_entries_step_aside_for_a_tie_at_the_least_seq(tmp_path):
 
 
 def test_entries_from_the_last_row_change_the_rows(tmp_path, monkeypatch):
-    """Negative control: the chains joined from each episode's last waiting-entry row (the
-    probe reads them; _entries' own rows are the exact view's again at the end)."""
+    """Negative control: the chains joined from each episode's last waiting-entry row."""
     table = pa.concat_tables([TABLES["regressed1"](), _later_entry(TABLES["regressed1"]())])
     want = parquet_answers(table, tmp_path, accelerate=False)
     monkeypatch.setattr(bounded_entries, "_FAULT_LAST_ROW", True)
     bad = parquet_answers(table, tmp_path, accelerate=True, parts=3)
-    assert bad[VALIDITY] != want[VALIDITY]
-
-
-ENTRY_KINDS = ("_entries", bounded_entries.FIXED_TABLE)
-
-
-def _episode_keys_while_created(table: pa.Table, tmp: Path) -> list[tuple]:
-    """``episodes``' chain lengths as depth_changes is created (the chains already dropped)."""
-    path = tmp / "keys.parquet"
-    pq.write_table(table, path)
-    seen: list[tuple] = []
-    real = bounded.Bounded.materialize
-
-    def spy(self, con, name, stmts):
-        if name == "depth_changes":
-            seen.extend(_rows(con, "(SELECT ep, attention_keys, recurrent_keys FROM episodes)"))
-        return real(self, con, name, stmts)
-
-    bounded.Bounded.materialize = spy  # type: ignore[method-assign]
-    try:
-        con = views.connect_parquet([str(path)], database=str(tmp / "keys.duckdb"),
-                                    memory_limit="1GB", temp_directory=str(tmp / "spill"),
-                                    threads=1, accelerate=True, bounded_parts=3)
-        con.close()
-    finally:
-        bounded.Bounded.materialize = real  # type: ignore[method-assign]
-    (tmp / "keys.duckdb").unlink()
-    return seen
-
-
-def test_entries_drop_their_chains_after_the_probe(tmp_path, monkeypatch):
-    """After _episode_depths (the last reader of the chains: the probe's split, _chain_rest,
-    and its SQL where the NumPy steps aside) the TEMP table keeps _entries' other columns and
-    the chains' lengths (_entries__fixed); the later views read lists of as many NULL keys
-    (episodes' lengths equal the SQL's while they are created), and connect_parquet leaves the
-    exact view (the chains joined from the events at entry_seq): equal rows above.
-    Negative controls: the recurrent lengths one key short change episodes' lengths as the
-    views are created; a reversed chain in the exact view changes _entries and the views read
-    ad hoc through it alone."""
-    table = TABLES["S2-tight"]()
-    assert _kinds(table, tmp_path, ENTRY_KINDS) == {"_entries": "VIEW",
-                                                    bounded_entries.FIXED_TABLE: "LOCAL TEMPORARY"}
-    want = parquet_answers(table, tmp_path, accelerate=False)
-    con = views.connect(table)
-    want_keys = _rows(con, "(SELECT ep, attention_keys, recurrent_keys FROM episodes)")
-    con.close()
-    assert _episode_keys_while_created(table, tmp_path) == want_keys
-    monkeypatch.setattr(bounded_entries, "_FAULT_NARROW_LENGTH", True)
-    assert _episode_keys_while_created(table, tmp_path) != want_keys
-    monkeypatch.setattr(bounded_entries, "_FAULT_NARROW_LENGTH", False)
-    monkeypatch.setattr(bounded_entries, "_FAULT_EXACT_CHAIN", True)
-    bad = parquet_answers(table, tmp_path, accelerate=True, parts=3)
-    # _chain_validity stays its SQL view, which reads the chains through _entries
-    assert [v for v in COMPARED if bad[v] != want[v]] == ["_entries", "_chain_validity"]
-
-
-def test_entries_keep_their_chains_where_the_sql_computed_them(tmp_path):
-    """Where the view's SQL computed _entries (a tie at the least seq) the chains are not
-    joined from the events: the TEMP table stays whole (equal rows in the test above it)."""
-    table = _with_entry_tie(TABLES["regressed1"]())
-    assert _kinds(table, tmp_path, ENTRY_KINDS) == {"_entries": "LOCAL TEMPORARY"}
+    assert bad["_entries"] != want["_entries"]
 
 
 def _later_entry(table: pa.Table) -> pa.Table:
