@@ -13,7 +13,8 @@ The range files keep the ``_chain_validity`` columns these views read (VALIDITY_
     _boundaries       per range r holding a moved episode: its SQL with _chain_validity,
                       _entries and _window_flips := the moved episodes' rows of r (_entries:
                       ep and a chain of as many NULL keys as theirs, from the range files;
-                      the SQL reads len(e.chain) alone)
+                      the SQL reads len(e.chain) alone), in a separate in-memory connection
+                      (by_range_aside: its inputs and _params are all Arrow)
 
 Episode ``ep`` (1-based, dense) lies in range ``(ep - 1) // size``. Each of these views reads
 ``_chain_validity`` and ``_entries`` only through rows of one episode (``GROUP BY ep``, joins
