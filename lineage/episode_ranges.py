@@ -149,11 +149,11 @@ def by_range_aside(con: duckdb.DuckDBPyConnection, name: str, stmts: list,
                    inputs: dict[str, Source], ranges: list[int]) -> None:
     """As :func:`by_range`, for a view whose SQL reads only ``inputs`` and ``_params``: the SQL
     runs in a separate in-memory DuckDB connection (``_params`` copied into it) and its rows
-    are appended to the TEMP table. At 100M events the main connection, near its memory limit
-    with the earlier views' TEMP tables, made each range's joins and window 3.6x dearer than
-    the same SQL over the same Arrow rows in a fresh connection (``_boundaries``:
-    benchmarks/RESULTS.md, session 9 second pass); the result, a few rows per moved episode,
-    is all that crosses."""
+    are appended to the TEMP table. At 100M events the main connection, holding the earlier
+    views' TEMP tables (near its memory limit; a lower limit alone at 30M did not do it), made
+    each range's joins and window 3.6x dearer than the same SQL over the same Arrow rows in a
+    fresh connection (``_boundaries``: benchmarks/RESULTS.md, session 9 second pass); the
+    result, a few rows per moved episode, is all that crosses."""
     side = duckdb.connect()
     try:
         ((threads,),) = con.execute("SELECT current_setting('threads')").fetchall()
