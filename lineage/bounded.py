@@ -22,7 +22,8 @@ their SQL views (for ad-hoc queries): no view on this path reads either whole.
                      --> validity range files, and kept whole
     _chain_validity stays its SQL view (no later view reads it whole)
     _episode_depths, _window_flips, _boundaries: lineage/episode_ranges.py (_window_flips with
-                     _chain_rest__supply standing for _supply)
+                     _chain_rest__supply standing for _supply; _boundaries' SQL in a separate
+                     in-memory connection, range by range)
     depth_changes: its SQL over the supply rows at _window_flips' seqs (_depth_changes__supply:
                      from _chain_rest__supply when the supply files hold no others there)
     loss_causes:   the counts, and depth_changes' loss seqs among those rows
@@ -56,6 +57,7 @@ from lineage.episode_ranges import (
     EpisodeRanges,
     Source,
     by_range,
+    by_range_aside,
     chain_lengths,
     entry_keys,
     episode_depths,
@@ -496,8 +498,9 @@ class Bounded:
                   # each range's own flips: the view's DISTINCT over all of them, per range,
                   # grew with ranges x flips
                   "_window_flips": ranges.by_episode(flips)}
-        by_range(con, name, stmts, inputs,
-                 ranges.ranges(ranges.index(moved).astype(np.int64).tolist()))
+        # its SQL in a separate connection (lineage/episode_ranges.py: by_range_aside)
+        by_range_aside(con, name, stmts, inputs,
+                       ranges.ranges(ranges.index(moved).astype(np.int64).tolist()))
         if self._supply is None:  # else they wait for depth_changes
             self._drop_rest_supply(con)
             self.close()

@@ -13,7 +13,8 @@ The range files keep the ``_chain_validity`` columns these views read (VALIDITY_
     _boundaries       per range r holding a moved episode: its SQL with _chain_validity,
                       _entries and _window_flips := the moved episodes' rows of r (_entries:
                       ep and a chain of as many NULL keys as theirs, from the range files;
-                      the SQL reads len(e.chain) alone)
+                      the SQL reads len(e.chain) alone), in a separate in-memory connection
+                      (by_range_aside: its inputs and _params are all Arrow)
 
 Episode ``ep`` (1-based, dense) lies in range ``(ep - 1) // size``. Each of these views reads
 ``_chain_validity`` and ``_entries`` only through rows of one episode (``GROUP BY ep``, joins
@@ -33,7 +34,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lineage.entry_order import as_numpy, valid_mask
-from lineage.materialize import swap
+from lineage.materialize import Batched, swap
 from lineage.part_files import PartWriter
 
 # tests set this to check that a lost episode range changes the answer (negative control): the
@@ -43,6 +44,10 @@ _FAULT_DROP_LAST_RANGE = False
 # tests set this to check that a wrong chain length changes _boundaries (negative control):
 # each chain is then one key shorter
 _FAULT_CHAIN_LENGTH = False
+
+# tests set this to check that the grids the side connection binds matter (negative control):
+# by_range_aside then binds the attention grid twice the run's
+_FAULT_ASIDE_GRID = False
 
 # the _chain_validity columns _episode_depths and _boundaries read, kept in the range files
 VALIDITY_COLUMNS = ["ep", "is_rec", "pos", "end_tokens", "has_window", "valid_entry",
@@ -137,6 +142,47 @@ def by_range(con: duckdb.DuckDBPyConnection, name: str, stmts: list,
     finally:
         for src in inputs:
             con.execute(f"ALTER TABLE {src}__all RENAME TO {src}")
+    swap(con, name, stmts)
+
+
+def by_range_aside(con: duckdb.DuckDBPyConnection, name: str, stmts: list,
+                   inputs: dict[str, Source], ranges: list[int]) -> None:
+    """As :func:`by_range`, for a view whose SQL reads only ``inputs`` and ``_params``: the SQL
+    runs in a separate in-memory DuckDB connection (``_params`` copied into it) and its rows
+    are appended to the TEMP table. At 100M events the main connection, holding the earlier
+    views' TEMP tables (near its memory limit; a lower limit alone at 30M did not do it), made
+    each range's joins and window 3.6x dearer than the same SQL over the same Arrow rows in a
+    fresh connection (``_boundaries``: benchmarks/RESULTS.md, session 9 second pass); the
+    result, a few rows per moved episode, is all that crosses."""
+    side = duckdb.connect()
+    try:
+        ((threads,),) = con.execute("SELECT current_setting('threads')").fetchall()
+        side.execute("SET threads = ?", [int(threads)])
+        params = con.sql("SELECT * FROM _params").to_arrow_table()
+        if _FAULT_ASIDE_GRID:
+            params = params.set_column(
+                params.schema.get_field_index("attention_grid_tokens"), "attention_grid_tokens",
+                pc.multiply(params["attention_grid_tokens"], 2))
+        side.register("_params", params)
+        out = Batched(con, f"{name}__rows")
+        passes: list[int | None] = list(ranges) or [None]  # none: empty inputs, the columns
+        for r in passes:
+            for src, get in inputs.items():
+                side.register(src, get(r))
+            if not out.created:
+                side.execute(stmts[0].query)  # the view itself, over the names registered
+                # its own column types (an Arrow round trip may not give them back: HUGEINT
+                # comes out as a decimal)
+                cols = side.execute(f"DESCRIBE SELECT * FROM {name}").fetchall()
+                con.execute(f"CREATE TEMP TABLE {name}__rows ("
+                            + ", ".join(f'"{c[0]}" {c[1]}' for c in cols) + ")")
+                out.created = True
+            out.add(side.sql(f"SELECT * FROM {name}").to_arrow_table())
+            for src in inputs:
+                side.unregister(src)
+        out.flush()
+    finally:
+        side.close()
     swap(con, name, stmts)
 
 

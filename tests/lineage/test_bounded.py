@@ -230,6 +230,30 @@ def test_boundaries_chain_lengths_from_the_range_files(tmp_path, monkeypatch):
     assert bad["_boundaries"] != want["_boundaries"]
 
 
+def test_boundaries_sql_aside_binds_the_run_grids(tmp_path, monkeypatch):
+    """_boundaries' SQL runs range by range in a separate in-memory connection (equal rows
+    above) with the run's _params copied into it, into a table of the view's own column types.
+    Negative control: the attention grid doubled there changes _boundaries, and nothing
+    before it."""
+    table = TABLES["S2-tight"]()
+    path = tmp_path / "types.parquet"
+    pq.write_table(table, path)
+    types = {}
+    for acc in (False, True):
+        con = views.connect_parquet([str(path)], database=str(tmp_path / f"t{acc}.duckdb"),
+                                    memory_limit="1GB", temp_directory=str(tmp_path / "spill"),
+                                    threads=1, accelerate=acc, bounded_parts=3)
+        types[acc] = con.execute("DESCRIBE _boundaries").fetchall()
+        con.close()
+    assert types[True] == types[False]
+    want = parquet_answers(table, tmp_path, accelerate=False)
+    monkeypatch.setattr(episode_ranges, "_FAULT_ASIDE_GRID", True)
+    bad = parquet_answers(table, tmp_path, accelerate=True, parts=3)
+    assert bad[VALIDITY] == want[VALIDITY]
+    assert bad["_window_flips"] == want["_window_flips"]
+    assert bad["_boundaries"] != want["_boundaries"]
+
+
 def _kinds(table: pa.Table, tmp: Path) -> dict[str, str]:
     path = tmp / "kinds.parquet"
     pq.write_table(table, path)
