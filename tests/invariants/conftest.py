@@ -16,8 +16,9 @@ machines run (``POOL_MODULES``: what ``pytest tests/invariants/test_stateful.py`
 loaded, plus the mutant runner), and clears Hypothesis's cache of it, so the programs depend
 only on that code. (An empty pool keeps them fixed too, but the machines then miss situations
 the coverage test asks for: the organizations' own numbers, such as grids, are good draws.)
-This is an internal of Hypothesis: where it is missing the fixture changes nothing, and
-``test_local_constants_are_fixed`` fails.
+This is an internal of Hypothesis (pinned in ``pyproject.toml`` for that reason and because the
+derandomized programs depend on its version): where it is missing the fixture changes nothing,
+and ``test_local_constants_are_fixed`` fails.
 """
 
 import importlib
