@@ -361,65 +361,90 @@ static int int64_format(const char *f) {
     return (f[0] == 'q' || (f[0] == 'l' && sizeof(long) == 8)) && f[1] == '\0';
 }
 
-/* The little-endian int64 encoding of tokens[start:start + count] (a list or tuple of ints,
- * or a buffer of native int64) into a new buffer (PyMem_Free it), or NULL with an exception
- * set. */
-static uint8_t *pack_tokens(PyObject *tokens, Py_ssize_t start, Py_ssize_t count) {
+/* tokens' items as int64 into dst: little-endian (native = 0, the hashed encoding) or in the
+ * machine's order (native = 1, array('q')'s bytes). 0, or -1 with an exception set. */
+static int pack_items(PyObject *const *items, Py_ssize_t count, uint8_t *dst, int native) {
+    for (Py_ssize_t i = 0; i < count; i++) {
+        int64_t v;
+        if (token_value(items[i], &v) < 0) return -1;
+        if (native)
+            memcpy(dst + 8 * i, &v, 8);
+        else
+            store64(dst + 8 * i, (uint64_t)v);
+    }
+    return 0;
+}
+
+/* The little-endian int64 encoding of tokens[start:start + count], read by the chains:
+ * tokens_open sets raw (0, or -1 with an exception set), tokens_close releases it. A list or
+ * tuple of ints is converted into a new buffer; a buffer of native int64 is read where it lies
+ * on a little-endian machine (the view held until tokens_close: the exporter cannot resize
+ * it, and no Python code runs in between), converted otherwise. */
+typedef struct {
+    const uint8_t *raw;
+    uint8_t *owned;
     Py_buffer view;
-    int buffered = 0;
+    int buffered;
+} tokens_in;
+
+static void tokens_close(tokens_in *t) {
+    PyMem_Free(t->owned);
+    t->owned = NULL;
+    if (t->buffered) PyBuffer_Release(&t->view);
+    t->buffered = 0;
+}
+
+static int tokens_open(tokens_in *t, PyObject *tokens, Py_ssize_t start, Py_ssize_t count) {
     Py_ssize_t n;
+    t->raw = NULL;
+    t->owned = NULL;
+    t->buffered = 0;
     if (PyList_CheckExact(tokens) || PyTuple_CheckExact(tokens)) {
         n = PySequence_Fast_GET_SIZE(tokens);
     } else if (PyObject_CheckBuffer(tokens)) {
-        if (PyObject_GetBuffer(tokens, &view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0)
-            return NULL;
-        if (view.itemsize != 8 || !int64_format(view.format)) {
-            PyBuffer_Release(&view);
+        if (PyObject_GetBuffer(tokens, &t->view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0)
+            return -1;
+        t->buffered = 1;
+        if (t->view.itemsize != 8 || !int64_format(t->view.format)) {
+            tokens_close(t);
             PyErr_SetString(PyExc_TypeError, "a token buffer must hold native int64");
-            return NULL;
+            return -1;
         }
-        buffered = 1;
-        n = view.len / 8;
+        n = t->view.len / 8;
     } else {
         PyErr_SetString(PyExc_TypeError, "tokens must be a list, a tuple or an int64 buffer");
-        return NULL;
+        return -1;
     }
-    uint8_t *raw = NULL;
     if (start < 0 || count < 0 || count > n - start || count > PY_SSIZE_T_MAX / 8 - 1) {
+        tokens_close(t);
         PyErr_SetString(PyExc_ValueError, "fewer tokens than chunks * grid");
-        goto done;
+        return -1;
     }
-    raw = PyMem_Malloc(8 * (size_t)count + 1);
-    if (raw == NULL) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    if (buffered) {
-        const uint8_t *src = (const uint8_t *)view.buf + 8 * (size_t)start;
 #if PY_LITTLE_ENDIAN
-        memcpy(raw, src, 8 * (size_t)count);
-#else
+    if (t->buffered) {
+        t->raw = (const uint8_t *)t->view.buf + 8 * (size_t)start;
+        return 0;
+    }
+#endif
+    t->owned = PyMem_Malloc(8 * (size_t)count + 1);
+    if (t->owned == NULL) {
+        tokens_close(t);
+        PyErr_NoMemory();
+        return -1;
+    }
+    if (t->buffered) { /* a big-endian machine: its int64s in the hashed byte order */
+        const uint8_t *src = (const uint8_t *)t->view.buf + 8 * (size_t)start;
         for (Py_ssize_t i = 0; i < count; i++) {
             int64_t v;
             memcpy(&v, src + 8 * i, 8);
-            store64(raw + 8 * i, (uint64_t)v);
+            store64(t->owned + 8 * i, (uint64_t)v);
         }
-#endif
-        goto done;
+    } else if (pack_items(PySequence_Fast_ITEMS(tokens) + start, count, t->owned, 0) < 0) {
+        tokens_close(t);
+        return -1;
     }
-    PyObject **items = PySequence_Fast_ITEMS(tokens) + start;
-    for (Py_ssize_t i = 0; i < count; i++) {
-        int64_t v;
-        if (token_value(items[i], &v) < 0) {
-            PyMem_Free(raw);
-            raw = NULL;
-            goto done;
-        }
-        store64(raw + 8 * i, (uint64_t)v);
-    }
-done:
-    if (buffered) PyBuffer_Release(&view);
-    return raw;
+    t->raw = t->owned;
+    return 0;
 }
 
 /* pack(tokens) -> bytes: every token of a list or tuple of exact ints as native int64, the
@@ -433,15 +458,9 @@ static PyObject *py_pack(PyObject *self, PyObject *tokens) {
     if (n > PY_SSIZE_T_MAX / 8) return PyErr_NoMemory();
     PyObject *out = PyBytes_FromStringAndSize(NULL, 8 * n);
     if (out == NULL) return NULL;
-    char *dst = PyBytes_AS_STRING(out);
-    PyObject **items = PySequence_Fast_ITEMS(tokens);
-    for (Py_ssize_t i = 0; i < n; i++) {
-        int64_t v;
-        if (token_value(items[i], &v) < 0) {
-            Py_DECREF(out);
-            return NULL;
-        }
-        memcpy(dst + 8 * i, &v, 8);
+    if (pack_items(PySequence_Fast_ITEMS(tokens), n, (uint8_t *)PyBytes_AS_STRING(out), 1) < 0) {
+        Py_DECREF(out);
+        return NULL;
     }
     return out;
 }
@@ -632,10 +651,10 @@ static PyObject *py_chain(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "grid or chunks out of range");
         goto done;
     }
-    uint8_t *raw = pack_tokens(tokens, start, grid * chunks);
-    if (raw == NULL) goto done;
-    result = chain_packed(kind, raw, grid, chunks, &tail, parent);
-    PyMem_Free(raw);
+    tokens_in t;
+    if (tokens_open(&t, tokens, start, grid * chunks) < 0) goto done;
+    result = chain_packed(kind, t.raw, grid, chunks, &tail, parent);
+    tokens_close(&t);
 done:
     PyBuffer_Release(&tail);
     return result;
@@ -656,11 +675,11 @@ static PyObject *py_chain_pair(PyObject *self, PyObject *args) {
         goto done;
     }
     Py_ssize_t used = ga * ca > gb * cb ? ga * ca : gb * cb;
-    uint8_t *raw = pack_tokens(tokens, 0, used);
-    if (raw == NULL) goto done;
+    tokens_in t;
+    if (tokens_open(&t, tokens, 0, used) < 0) goto done;
     chain_state sa, sb;
-    if (chain_init(&sa, ka, raw, ga, ca, &tail, 0) == 0) {
-        if (chain_init(&sb, kb, raw, gb, cb, &tail, 0) == 0) {
+    if (chain_init(&sa, ka, t.raw, ga, ca, &tail, 0) == 0) {
+        if (chain_init(&sb, kb, t.raw, gb, cb, &tail, 0) == 0) {
             int rc;
 #if CHASH_LANES
             if (lanes_on)
@@ -673,7 +692,7 @@ static PyObject *py_chain_pair(PyObject *self, PyObject *args) {
         }
         chain_free(&sa);
     }
-    PyMem_Free(raw);
+    tokens_close(&t);
 done:
     PyBuffer_Release(&tail);
     return result;
