@@ -21,6 +21,7 @@ derandomized programs depend on its version): where it is missing the fixture ch
 and ``test_local_constants_are_fixed`` fails.
 """
 
+import functools
 import importlib
 import os
 
@@ -49,37 +50,33 @@ POOL_MODULES = (
 
 
 def _providers():
+    """Hypothesis's providers module where it has the local-constants pool, else None."""
     try:
         from hypothesis.internal.conjecture import providers
-        from hypothesis.internal.constants_ast import Constants
     except ImportError:  # another Hypothesis: nothing to fix (test_local_constants_are_fixed)
-        return None, None
+        return None
     if not hasattr(providers, "_get_local_constants") or \
             not hasattr(providers, "CONSTANTS_CACHE"):
-        return None, None
-    return providers, Constants
+        return None
+    return providers
 
 
-_POOL: list = []
-
-
+@functools.cache
 def _fixed_pool():
-    """The literals of ``POOL_MODULES`` (computed once per process)."""
-    if not _POOL:
-        from hypothesis.internal.constants_ast import Constants, constants_from_module
+    """The literals of ``POOL_MODULES``."""
+    from hypothesis.internal.constants_ast import Constants, constants_from_module
 
-        pool = Constants()
-        for name in POOL_MODULES:
-            pool |= constants_from_module(importlib.import_module(name))
-        _POOL.append(pool)
-    return _POOL[0]
+    pool = Constants()
+    for name in POOL_MODULES:
+        pool |= constants_from_module(importlib.import_module(name))
+    return pool
 
 
 @pytest.fixture(autouse=True)
 def fixed_constants(monkeypatch):
     """Hypothesis's local constants are ``POOL_MODULES``' while a test here runs (see the
     module docstring)."""
-    providers, constants = _providers()
+    providers = _providers()
     if providers is None:
         yield False
         return

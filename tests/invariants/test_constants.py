@@ -25,7 +25,7 @@ def _draws():
 
 
 def test_local_constants_are_fixed(fixed_constants, monkeypatch, tmp_path):
-    providers, _ = _providers()
+    providers = _providers()
     assert fixed_constants and providers is not None, \
         "this Hypothesis has no _get_local_constants: check the state machines' programs " \
         "for order dependence again and adapt conftest.fixed_constants"

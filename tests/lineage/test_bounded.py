@@ -221,9 +221,15 @@ def test_boundaries_chain_lengths_from_the_range_files(tmp_path, monkeypatch):
     """_boundaries reads _entries' ep and len(chain) from the entries range files (a chain of
     NULL keys as long as the episode's; equal rows above). Negative control: each chain one key
     shorter changes _boundaries, and nothing before it."""
-    table = TABLES["S2-tight"]()
+    _fault_changes_boundaries_alone(TABLES["S2-tight"](), tmp_path, monkeypatch,
+                                    "_FAULT_CHAIN_LENGTH")
+
+
+def _fault_changes_boundaries_alone(table, tmp_path, monkeypatch, fault: str) -> None:
+    """With ``episode_ranges.<fault>`` set, the bounded path's _boundaries differs from the
+    SQL path's, and the views before it do not."""
     want = parquet_answers(table, tmp_path, accelerate=False)
-    monkeypatch.setattr(episode_ranges, "_FAULT_CHAIN_LENGTH", True)
+    monkeypatch.setattr(episode_ranges, fault, True)
     bad = parquet_answers(table, tmp_path, accelerate=True, parts=3)
     assert bad[VALIDITY] == want[VALIDITY]
     assert bad["_window_flips"] == want["_window_flips"]
@@ -246,12 +252,7 @@ def test_boundaries_sql_aside_binds_the_run_grids(tmp_path, monkeypatch):
         types[acc] = con.execute("DESCRIBE _boundaries").fetchall()
         con.close()
     assert types[True] == types[False]
-    want = parquet_answers(table, tmp_path, accelerate=False)
-    monkeypatch.setattr(episode_ranges, "_FAULT_ASIDE_GRID", True)
-    bad = parquet_answers(table, tmp_path, accelerate=True, parts=3)
-    assert bad[VALIDITY] == want[VALIDITY]
-    assert bad["_window_flips"] == want["_window_flips"]
-    assert bad["_boundaries"] != want["_boundaries"]
+    _fault_changes_boundaries_alone(table, tmp_path, monkeypatch, "_FAULT_ASIDE_GRID")
 
 
 def _kinds(table: pa.Table, tmp: Path) -> dict[str, str]:
