@@ -9,7 +9,8 @@ combination of the grid factors the contrast does not set, seed excluded)::
              d(s) = ln(num_s / den_s) at the spec's level, exact sign-flip p over 2^n
     Holm     over every test of the campaign (contrast x stratum x metric): the declared family
 
-A stratum where either arm lacks a seed of the other is an error (nothing is dropped).
+A stratum where either arm lacks a seed of the other is an error (nothing is dropped); a stratum
+with a single paired seed has no interval and gives no test.
 """
 
 from __future__ import annotations
@@ -92,6 +93,8 @@ def analyse(rows: list[dict[str, Any]], contrasts: tuple[Contrast, ...] | list[C
                     den = {k: v for k, v in den.items() if k in num}
                     if len(num) < 2:
                         continue
+                if not dropped and len(num) < 2:
+                    continue  # one paired seed (a smoke run): no interval, no test
                 try:
                     pc = paired_contrast(num, den, level=level)
                 except StatsError as exc:
