@@ -31,9 +31,10 @@ def _orgs(rows: list[dict[str, Any]]) -> list[str]:
     return [o for o in ORG_ORDER if o in present]
 
 
-def plot_all(rows: list[dict[str, Any]], out: Path, condition: str = "") -> list[Path]:
-    """Figures 2, 5 and 6 of one campaign; ``condition`` (what produced the runs: simulated,
-    device preset, calibration, seeds, budgets) titles every figure."""
+def plot_all(rows: list[dict[str, Any]], out: Path, condition: str = "",
+             kinds: tuple[str, ...] = ("fig2", "fig5", "fig6")) -> list[Path]:
+    """Figures 2, 5 and 6 of one campaign (those of ``kinds``); ``condition`` (what produced
+    the runs: simulated, device preset, calibration, seeds, budgets) titles every figure."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -44,12 +45,13 @@ def plot_all(rows: list[dict[str, Any]], out: Path, condition: str = "") -> list
         groups[(r["rate"], r["cap"], r["share"], r["headroom"], r["pin_k"], r["retention"],
                 r["isolate"])].append(r)
     for key, grp in groups.items():
-        if len({r["budget"] for r in grp}) > 1 or len({r["org"] for r in grp}) > 1:
+        if "fig2" in kinds and (len({r["budget"] for r in grp}) > 1
+                                or len({r["org"] for r in grp}) > 1):
             written.append(_fig2(grp, key, out, condition))
-    if len({r["rate"] for r in rows}) > 1:
+    if "fig5" in kinds and len({r["rate"] for r in rows}) > 1:
         written.append(_fig_x(rows, "rate", "offered load (req/s)", out / "fig5_load.png",
                               condition))
-    if len({r["headroom"] for r in rows}) > 1:
+    if "fig6" in kinds and len({r["headroom"] for r in rows}) > 1:
         written.append(_fig_x(rows, "headroom", "headroom f", out / "fig6_headroom.png",
                               condition))
     return written
@@ -145,6 +147,9 @@ def _fig_x(rows: list[dict[str, Any]], axis: str, xlabel: str, path: Path, condi
     return path
 
 
+# which of the paper's figures each question's campaign is drawn like (Figs. 2-7)
+QUESTION_FIGURES = {"Q1": ("fig2",), "Q2": ("fig2",), "Q3": ("fig2",), "Q4": ("fig2",),
+                    "Q5": ("fig5",), "Q6": ("fig6",), "Q7": (), "Q8": (), "Q9": ()}
 VERDICT_COLORS = {"reproduces": "#2e7d32", "direction only": "#f9a825", "contradicts": "#c62828",
                   "inconclusive": "#757575", "differs": "#6a1b9a"}
 
@@ -160,7 +165,8 @@ def plot_report(rows: list[Any], info: dict[str, dict[str, Any]], out: Path) -> 
     written: list[Path] = []
     for name, i in info.items():
         runs, cond, q = i["runs"], i["conditions"], i["question"]
-        written += plot_all(runs, out / name, cond)
+        written += plot_all(runs, out / name, cond,
+                            QUESTION_FIGURES.get(q, ("fig2", "fig5", "fig6")))
         if q == "Q2":
             written.append(_fig3(runs, out / name / "fig3_recorded_work.png", cond))
         if q in ("Q7", "Q8"):
@@ -236,7 +242,8 @@ def _fig3(rows: list[dict[str, Any]], path: Path, condition: str) -> Path:
     ax.set_ylabel("C_once (10^3 tokens/run)")
     ax2.set_ylabel("output tokens/s (hollow)")
     ax.legend(frameon=False, ncol=len(orgs), fontsize=8)
-    ax.set_title(_wrap(f"recorded initial input and throughput; {condition}", 100), fontsize=7)
+    ax.set_title(_wrap(f"recorded initial input and throughput; {condition}",
+                       int(13 * (3 + 2.2 * len(points)))), fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -274,7 +281,7 @@ def _fig7_depths(rows: list[dict[str, Any]], path: Path, condition: str, q: str
     ax.set_ylabel("tokens/request (INITIAL episodes)")
     ax.legend(frameon=False, fontsize=6, ncol=2)
     ax.set_title(_wrap(f"{q} state availability (lineage over the simulated trace); "
-                       f"{condition}", 100), fontsize=7)
+                       f"{condition}", int(13 * (2.2 + 1.6 * len(seeds)))), fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -301,7 +308,7 @@ def _fig7_ledger(rows: list[dict[str, Any]], path: Path, condition: str) -> Path
     ax.set_xticks([0, 1], ["ISOLATE", "SHARE"])
     ax.set_ylabel("output tokens/s (ledger = simulated span)")
     ax.legend(frameon=False, fontsize=8)
-    ax.set_title(_wrap(f"Q9 geometric-mean throughput; {condition}", 80), fontsize=7)
+    ax.set_title(_wrap(f"Q9 geometric-mean throughput; {condition}", 65), fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -45,7 +45,7 @@ LINEAGE_METRICS = ("lineage_j_adopt", "lineage_r_max_m0", "lineage_r_max_m1",
 LINEAGE_FILE = "lineage.json"
 RUNS_FILE = "runs.parquet"
 # how long finished workers get to exit before they are terminated (their outputs are written)
-WORKER_EXIT_GRACE_S = 10.0
+WORKER_EXIT_GRACE_S = 3.0
 
 
 def cell_job(spec_fixed: dict[str, Any], cell: dict[str, Any], out_dir: str) -> dict[str, Any]:

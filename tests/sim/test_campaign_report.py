@@ -283,3 +283,38 @@ def test_pct_interaction_in_points() -> None:
     (r,) = evaluate(fig, rows, c, 0.95)
     assert r.sim == pytest.approx(10.0) and r.verdict == "reproduces"
     assert evaluate(replace(fig, value=-9.623), rows, c, 0.95)[0].verdict == "contradicts"
+
+
+# --- the campaign process does not wait on a lingering worker ---------------------------------
+
+def _linger_at_exit() -> None:
+    import atexit
+    import time
+
+    atexit.register(time.sleep, 60)  # stands in for a library's slow teardown
+
+
+def _one() -> int:
+    return 1
+
+
+def test_pool_close_does_not_wait_on_a_lingering_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker whose interpreter teardown takes a minute is terminated after the grace period
+    (its results are in); the campaign returns in seconds, not minutes."""
+    import time
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
+
+    from hybridmem.sim import campaign_run
+
+    monkeypatch.setattr(campaign_run, "WORKER_EXIT_GRACE_S", 1.0)
+    pool = ProcessPoolExecutor(max_workers=1, mp_context=get_context("spawn"),
+                               initializer=_linger_at_exit)
+    assert pool.submit(_one).result(timeout=120) == 1
+    procs = list(pool._processes.values())  # type: ignore[attr-defined]
+    t0 = time.monotonic()
+    campaign_run._close_pool(pool)
+    assert time.monotonic() - t0 < 20
+    assert procs and not any(p.is_alive() for p in procs)
+    # the worker really lingers: it was terminated, not exited (SIGTERM exit code)
+    assert all(p.exitcode is not None and p.exitcode < 0 for p in procs)
