@@ -1,7 +1,7 @@
 """``hybridmem campaign``: a grid of simulated runs, its paired statistics and figures.
 
     hybridmem campaign SPEC.toml --out DIR [--workers N] [--ray ADDRESS] [--stats-only]
-    hybridmem campaign report DIR... [--out FILE.md] [--html FILE.html] [--no-plots]
+    hybridmem campaign report DIR... [--out FILE.md] [--html FILE.html] [--spec SPEC.toml]...
 
 Writes DIR/cells/<cell>/ (each a ``hybridmem sim`` run), DIR/runs.parquet (one row per cell),
 DIR/stats.json + stats.csv (seed-paired contrasts, Holm over the spec's family) and
@@ -37,6 +37,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="campaign directory (report: the Markdown file)")
     p.add_argument("--html", type=Path, default=None, metavar="FILE.html",
                    help="report: also write the table as HTML")
+    p.add_argument("--spec", dest="paper_specs", type=Path, action="append", default=[],
+                   metavar="SPEC.toml",
+                   help="report: read the paper's figures from this spec for the campaign "
+                        "directory of the same name (repeatable; for campaigns run before "
+                        "their spec named them)")
     p.add_argument("--workers", type=int, default=None, metavar="N",
                    help="cells at a time: local worker processes (default 1), or the CPUs of "
                         "the Ray instance --ray local starts (default: all cores)")
@@ -55,8 +60,8 @@ def run(args: argparse.Namespace) -> int:
         raise HybridMemError(f"one campaign spec at a time, got {len(args.spec)}")
     if args.out is None:
         raise HybridMemError("--out DIR is required (the campaign directory)")
-    if args.html is not None:
-        raise HybridMemError("--html is an option of `hybridmem campaign report`")
+    if args.html is not None or args.paper_specs:
+        raise HybridMemError("--html and --spec are options of `hybridmem campaign report`")
     args.spec = args.spec[0]
     from hybridmem.sim.campaign_spec import load_spec
 
@@ -111,7 +116,8 @@ def _report(args: argparse.Namespace) -> int:
         raise HybridMemError("campaign report needs at least one campaign directory")
     if args.workers is not None or args.ray is not None or args.stats_only:
         raise HybridMemError("campaign report takes DIR... [--out FILE.md] [--html FILE.html]")
-    text, figures = write_report(dirs, args.out, args.html, plots=not args.no_plots)
+    text, figures = write_report(dirs, args.out, args.html, plots=not args.no_plots,
+                                 specs=args.paper_specs)
     if args.out is None:
         print(text, end="")
     for f in figures:

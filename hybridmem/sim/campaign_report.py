@@ -179,6 +179,8 @@ def evaluate(fig: PaperFigure, rows: list[dict[str, Any]], contrasts: dict[str, 
             continue
         num, den = _arm(rows, num_sel, fig.metric), _arm(rows, den_sel, fig.metric)
         seeds = sorted(set(num) & set(den))
+        if not seeds and fig.kind == "simulated":
+            continue  # an arm the campaign did not run (no paper figure to miss)
         if not seeds:
             out.append(row(stratum, None, None, 0, pn, pd, "no paired seeds"))
             continue
@@ -195,6 +197,8 @@ def evaluate(fig: PaperFigure, rows: list[dict[str, Any]], contrasts: dict[str, 
             rel = sum(100 * (num[s] / den[s] - 1) for s in seeds) / len(seeds)
             sim = effect if fig.scale == "log" else rel
         out.append(row(stratum, sim, ci, len(seeds), pn, pd))
+    if fig.kind == "simulated":
+        return out
     return out or [row(dict(fig.where), None, None, 0, note="no cells match")]
 
 
@@ -253,12 +257,37 @@ HEADER = ["Q", "paper ref", "what", "paper", "simulated", "interval", "n", "verd
           "preemptions/run (paper; sim num / den)", "stratum"]
 
 
-def build(dirs: list[Path]) -> tuple[list[Row], dict[str, dict[str, Any]]]:
-    """Rows of every campaign directory, and per campaign its conditions and rows."""
+def _with_specs(meta: dict[str, Any], specs: dict[str, Any]) -> dict[str, Any]:
+    """A campaign's metadata with the question, contrasts and ``[[paper]]`` entries of the spec
+    of the same name, when one was given (a campaign run before its spec named them)."""
+    from dataclasses import asdict
+
+    spec = specs.get(str(meta.get("name")))
+    if spec is None:
+        return meta
+    names = {c["name"] for c in meta.get("contrasts", [])}
+    extra = [asdict(c) for c in spec.contrasts if c.name not in names]
+    return {**meta, "question": spec.question, "paper": [asdict(f) for f in spec.paper],
+            "contrasts": [*meta.get("contrasts", []), *extra]}
+
+
+def build(dirs: list[Path], specs: list[Path] = ()) -> tuple[list[Row], dict[str, dict[str, Any]]]:
+    """Rows of every campaign directory, and per campaign its conditions and rows. ``specs``:
+    campaign TOMLs whose paper entries replace those of the directory of the same campaign
+    name (for campaigns run before their spec named the paper's figures)."""
+    from hybridmem.sim.campaign_spec import load_spec
+
+    by_name = {}
+    for p in specs:
+        spec = load_spec(p)
+        by_name[spec.name] = spec
     all_rows: list[Row] = []
     info: dict[str, dict[str, Any]] = {}
+    seen = set()
     for d in dirs:
         meta, runs = load_campaign(d)
+        meta = _with_specs(meta, by_name)
+        seen.add(str(meta.get("name")))
         name = str(meta.get("name", d.name))
         question = str(meta.get("question") or "?")
         level = float(meta.get("level", 0.95))
@@ -269,6 +298,10 @@ def build(dirs: list[Path]) -> tuple[list[Row], dict[str, dict[str, Any]]]:
         all_rows.extend(rows)
         info[name] = {"dir": d, "question": question, "meta": meta, "runs": runs,
                       "conditions": conditions(meta, runs), "level": level, "rows": rows}
+    unused = sorted(set(by_name) - seen)
+    if unused:
+        raise HybridMemError(f"--spec {unused}: no campaign directory of that name among "
+                             f"{sorted(seen)}")
     order = {f"Q{i}": i for i in range(1, 10)}
     all_rows.sort(key=lambda r: order.get(r.question, 99))
     return all_rows, info
@@ -357,7 +390,7 @@ def html_page(rows: list[Row], info: dict[str, dict[str, Any]], figures: list[Pa
 
 
 def write_report(dirs: list[Path], out: Path | None, html_out: Path | None,
-                 plots: bool = True) -> tuple[str, list[Path]]:
+                 plots: bool = True, specs: list[Path] = ()) -> tuple[str, list[Path]]:
     """Build the report over ``dirs``; write Markdown to ``out`` and HTML to ``html_out`` when
     given (atomically; figures beside them in ``<stem>_figures/``). Returns the Markdown."""
     if not dirs:
@@ -368,7 +401,7 @@ def write_report(dirs: list[Path], out: Path | None, html_out: Path | None,
     for target in (out, html_out):
         if target is not None:
             check_output(target, inputs, what="report")
-    rows, info = build(dirs)
+    rows, info = build(dirs, specs)
     anchor = out or html_out
     figures: list[Path] = []
     if plots and anchor is not None:

@@ -318,3 +318,36 @@ def test_pool_close_does_not_wait_on_a_lingering_worker(monkeypatch: pytest.Monk
     assert procs and not any(p.is_alive() for p in procs)
     # the worker really lingers: it was terminated, not exited (SIGTERM exit code)
     assert all(p.exitcode is not None and p.exitcode < 0 for p in procs)
+
+
+def test_report_over_a_campaign_run_before_its_paper_entries(tmp_path: Path) -> None:
+    """``--spec`` supplies the question and paper figures of a directory whose campaign.json has
+    none (the kept campaigns); a spec naming no given campaign is an error."""
+    import json
+
+    from hybridmem.sim.campaign_report import write_report
+    from hybridmem.sim.campaign_run import write_runs
+
+    camp = tmp_path / "camp"
+    camp.mkdir()
+    write_runs(camp, _pair_rows(3.2, range(6), preempt=10.0))
+    (camp / "campaign.json").write_text(json.dumps({
+        "name": "old", "fixed": {"model": "falcon-h1-7b", "device": "a100-40gb", "cost": {},
+                                 "requests": 300},
+        "contrasts": [{"name": "D0/S2", "num": {"org": "D0"}, "den": {"org": "S2"}}]}))
+    spec = tmp_path / "old.toml"
+    spec.write_text('[campaign]\nname = "old"\nquestion = "Q4"\n[grid]\norg = ["D0", "S2"]\n'
+                    'seeds = [0]\n[[contrast]]\nname = "D0/S2"\nnum = {org = "D0"}\n'
+                    'den = {org = "S2"}\n[[paper]]\nref = "§5.3"\nwhat = "D0/S2, b63"\n'
+                    'kind = "effect"\ncontrast = "D0/S2"\nwhere = {budget = "b63"}\n'
+                    'value = 4.978\n')
+    bare, _ = write_report([camp], None, None, plots=False)
+    assert "| Q" not in bare.split("## Table")[1].split("## What")[0].replace("| Q |", "")
+    text, _ = write_report([camp], tmp_path / "r.md", None, plots=False, specs=[spec])
+    line = next(s for s in text.splitlines() if s.startswith("| Q4 |"))
+    assert "+4.98%" in line and "| reproduces |" in line and "| 12 |" not in line
+    assert "?; 20.0 / 10.0" in line
+    other = tmp_path / "other.toml"
+    other.write_text(spec.read_text().replace('name = "old"', 'name = "new"'))
+    with pytest.raises(HybridMemError, match="no campaign directory of that name"):
+        write_report([camp], None, None, plots=False, specs=[other])
