@@ -25,7 +25,8 @@ from pathlib import Path
 from hybridmem.errors import HybridMemError
 
 HELP = ("run a grid of simulated runs (orgs x budgets x rates x caps x headroom x pin-k x "
-        "retention x share x seeds) on local workers or Ray; paired stats and figures")
+        "retention x share x seeds) on local workers or Ray; paired stats and figures; "
+        "`campaign report DIR...`: the paper's figures beside the simulated ones")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -175,6 +175,11 @@ def plot_report(rows: list[Any], info: dict[str, dict[str, Any]], out: Path) -> 
                 written.append(p)
         if q == "Q9":
             written.append(_fig7_ledger(runs, out / name / "fig7c_ledger.png", cond))
+    q3 = [r for r in rows if r.question == "Q3" and r.figure.kind == "effect"
+          and r.sim is not None and "share" in r.stratum]
+    if q3:
+        conds = "; ".join(sorted({info[r.campaign]["conditions"] for r in q3}))
+        written.append(_fig4(q3, out / "Q3_fig4_sharing.png", conds))
     by_q: dict[str, list[Any]] = defaultdict(list)
     for r in rows:
         if r.figure.kind in ("effect", "interaction") and r.sim is not None \
@@ -208,6 +213,41 @@ def _paper_vs_sim(rows: list[Any], path: Path, q: str, condition: str) -> Path:
     ax.set_xlabel("% (interactions of kind pct: percentage points)")
     ax.legend(frameon=False, fontsize=7, loc="lower right")
     ax.set_title(_wrap(f"{q}: paper (diamond) beside {condition}", 80), fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def _fig4(rows: list[Any], path: Path, condition: str) -> Path:
+    """Like the paper's Fig. 4: mean seedwise throughput effect of each step at each sharing
+    level q (bars: simulated with their interval; diamonds: the paper's)."""
+    import matplotlib.pyplot as plt
+
+    contrasts = list(dict.fromkeys(r.figure.contrast for r in rows))
+    shares = sorted({float(r.stratum["share"]) for r in rows})
+    fig, ax = plt.subplots(figsize=(2.5 + 1.8 * len(contrasts), 3.6))
+    width = 0.8 / max(1, len(shares))
+    shades = ("#bdbdbd", "#64b5f6", "#1565c0", "#0d47a1")
+    for i, c in enumerate(contrasts):
+        for j, q in enumerate(shares):
+            hit = [r for r in rows if r.figure.contrast == c and float(r.stratum["share"]) == q]
+            if not hit:
+                continue
+            r = hit[0]
+            x = i + (j - (len(shares) - 1) / 2) * width
+            ax.bar(x, r.sim, width * 0.9, color=shades[j % len(shades)],
+                   label=f"q = {q:g}" if i == 0 else None)
+            if r.ci is not None:
+                ax.plot([x, x], r.ci, "k-", lw=1)
+            ax.plot(x, r.figure.value, "kD", ms=4, label="paper" if i == 0 and j == 0
+                    else None)
+    ax.axhline(0, color="k", lw=0.5)
+    ax.set_xticks(range(len(contrasts)), contrasts)
+    ax.set_ylabel("mean seedwise throughput effect (%)")
+    ax.legend(frameon=False, fontsize=7)
+    ax.set_title(_wrap(f"Q3 sharing levels; {condition}", int(13 * (2.5 + 1.8 * len(contrasts)))),
+                 fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
