@@ -20,6 +20,7 @@ import html
 import json
 import math
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -271,7 +272,8 @@ def _with_specs(meta: dict[str, Any], specs: dict[str, Any]) -> dict[str, Any]:
             "contrasts": [*meta.get("contrasts", []), *extra]}
 
 
-def build(dirs: list[Path], specs: list[Path] = ()) -> tuple[list[Row], dict[str, dict[str, Any]]]:
+def build(dirs: list[Path], specs: Sequence[Path] = ()
+          ) -> tuple[list[Row], dict[str, dict[str, Any]]]:
     """Rows of every campaign directory, and per campaign its conditions and rows. ``specs``:
     campaign TOMLs whose paper entries replace those of the directory of the same campaign
     name (for campaigns run before their spec named the paper's figures)."""
@@ -390,7 +392,7 @@ def html_page(rows: list[Row], info: dict[str, dict[str, Any]], figures: list[Pa
 
 
 def write_report(dirs: list[Path], out: Path | None, html_out: Path | None,
-                 plots: bool = True, specs: list[Path] = ()) -> tuple[str, list[Path]]:
+                 plots: bool = True, specs: Sequence[Path] = ()) -> tuple[str, list[Path]]:
     """Build the report over ``dirs``; write Markdown to ``out`` and HTML to ``html_out`` when
     given (atomically; figures beside them in ``<stem>_figures/``). Returns the Markdown."""
     if not dirs:
