@@ -1,11 +1,18 @@
 """``hybridmem campaign``: a grid of simulated runs, its paired statistics and figures.
 
     hybridmem campaign SPEC.toml --out DIR [--workers N] [--ray ADDRESS] [--stats-only]
+    hybridmem campaign report DIR... [--out FILE.md] [--html FILE.html] [--spec SPEC.toml]...
 
 Writes DIR/cells/<cell>/ (each a ``hybridmem sim`` run), DIR/runs.parquet (one row per cell),
 DIR/stats.json + stats.csv (seed-paired contrasts, Holm over the spec's family) and
 DIR/figures/*.png. Finished cells are never rerun. Spec format: hybridmem/sim/campaign_spec.py;
 the paper's grids: campaigns/*.toml.
+
+``report``: for each campaign directory, the paper's figures (the spec's ``[[paper]]`` entries)
+beside the simulated figure, its interval and a verdict (reproduces / direction only /
+contradicts / inconclusive / not modelled), preemptions beside the throughput effects, what the
+simulator cannot model per question, and figures in the style of the paper's Figs. 2-7 (in
+``FILE_figures/``). Markdown on stdout unless --out names a file.
 """
 
 from __future__ import annotations
@@ -18,14 +25,24 @@ from pathlib import Path
 from hybridmem.errors import HybridMemError
 
 HELP = ("run a grid of simulated runs (orgs x budgets x rates x caps x headroom x pin-k x "
-        "retention x share x seeds) on local workers or Ray; paired stats and figures")
+        "retention x share x seeds) on local workers or Ray; paired stats and figures; "
+        "`campaign report DIR...`: the paper's figures beside the simulated ones")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("campaign", help=HELP, description=__doc__,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("spec", type=Path, metavar="SPEC.toml", help="campaign spec")
-    p.add_argument("--out", type=Path, required=True, metavar="DIR", help="campaign directory")
+    p.add_argument("spec", type=Path, nargs="+", metavar="SPEC.toml",
+                   help="campaign spec (or: report DIR...)")
+    p.add_argument("--out", type=Path, default=None, metavar="DIR",
+                   help="campaign directory (report: the Markdown file)")
+    p.add_argument("--html", type=Path, default=None, metavar="FILE.html",
+                   help="report: also write the table as HTML")
+    p.add_argument("--spec", dest="paper_specs", type=Path, action="append", default=[],
+                   metavar="SPEC.toml",
+                   help="report: read the paper's figures from this spec for the campaign "
+                        "directory of the same name (repeatable; for campaigns run before "
+                        "their spec named them)")
     p.add_argument("--workers", type=int, default=None, metavar="N",
                    help="cells at a time: local worker processes (default 1), or the CPUs of "
                         "the Ray instance --ray local starts (default: all cores)")
@@ -38,6 +55,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if str(args.spec[0]) == "report":
+        return _report(args)
+    if len(args.spec) != 1:
+        raise HybridMemError(f"one campaign spec at a time, got {len(args.spec)}")
+    if args.out is None:
+        raise HybridMemError("--out DIR is required (the campaign directory)")
+    if args.html is not None or args.paper_specs:
+        raise HybridMemError("--html and --spec are options of `hybridmem campaign report`")
+    args.spec = args.spec[0]
     from hybridmem.sim.campaign_spec import load_spec
 
     if args.workers is not None and not 1 <= args.workers <= 256:
@@ -70,11 +96,34 @@ def run(args: argparse.Namespace) -> int:
     print(f"wrote {runs} ({len(rows)} runs), {js}, {cs}", file=sys.stderr)
     if not args.no_plots:
         from hybridmem.sim.campaign_plots import plot_all
+        from hybridmem.sim.campaign_report import conditions
 
-        for path in plot_all(rows, args.out / "figures"):
+        meta = json.loads((args.out / "campaign.json").read_text()) \
+            if (args.out / "campaign.json").is_file() else {}
+        for path in plot_all(rows, args.out / "figures", conditions(meta, rows)):
             print(f"figure: {path}", file=sys.stderr)
     if failed:
         print(f"{len(failed)} cell(s) failed; statistics pair the seeds both arms have "
               "(dropped_seeds in stats.json): not a complete campaign", file=sys.stderr)
         return 1
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    from hybridmem.sim.campaign_report import write_report
+
+    dirs = list(args.spec[1:])
+    if not dirs:
+        raise HybridMemError("campaign report needs at least one campaign directory")
+    if args.workers is not None or args.ray is not None or args.stats_only:
+        raise HybridMemError("campaign report takes DIR... [--out FILE.md] [--html FILE.html]")
+    text, figures = write_report(dirs, args.out, args.html, plots=not args.no_plots,
+                                 specs=args.paper_specs)
+    if args.out is None:
+        print(text, end="")
+    for f in figures:
+        print(f"figure: {f}", file=sys.stderr)
+    for target in (args.out, args.html):
+        if target is not None:
+            print(f"wrote {target}", file=sys.stderr)
     return 0

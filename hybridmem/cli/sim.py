@@ -176,7 +176,7 @@ def run(args: argparse.Namespace) -> int:
     s = result.summary
     keys = ("org", "budget", "device", "seed", "requests", "completed", "throughput_tok_s",
             "ttft_p50", "ttft_p99", "e2e_p50", "e2e_p99", "preemptions", "prefix_hit_tokens",
-            "num_blocks", "steps", "wall_s", "trace_path", "trace_verdict")
+            "num_blocks", "block_tokens", "steps", "wall_s", "trace_path", "trace_verdict")
     print(json.dumps({k: s[k] for k in keys}, indent=2))
     print(f"wrote {result.results_path}, {result.summary_path}, {result.manifest_path}",
           file=sys.stderr)

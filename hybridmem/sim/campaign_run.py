@@ -29,12 +29,23 @@ from pathlib import Path
 from typing import Any
 
 from hybridmem.errors import HybridMemError
-from hybridmem.sim.campaign_spec import AXES, CampaignSpec, Cell
+from hybridmem.sim.campaign_spec import AXES, LATE_AXES, CampaignSpec, Cell
 
 METRICS = ("throughput_tok_s", "throughput_ledger_tok_s", "ttft_p50", "ttft_p99", "e2e_p50",
            "e2e_p99", "preemptions", "prefix_hit_tokens", "requests", "completed",
-           "output_tokens", "request_span_s", "num_blocks", "steps", "wall_s")
+           "output_tokens", "request_span_s", "num_blocks", "steps", "wall_s",
+           "recorded_prompt_tokens", "recorded_prompt_full_tokens", "recorded_output_tokens",
+           "recorded_total_tokens", "recorded_records", "poll_running_mean",
+           "poll_running_median", "poll_waiting_mean", "poll_waiting_median",
+           "poll_waiting_max", "block_tokens")
+# lineage over a traced cell's events (lineage.json; means over classified INITIAL episodes)
+LINEAGE_METRICS = ("lineage_j_adopt", "lineage_r_max_m0", "lineage_r_max_m1",
+                   "lineage_a_max_m0", "lineage_a_max_m1", "lineage_gap_r_m1",
+                   "lineage_initial_episodes", "lineage_resume_episodes", "lineage_agree")
+LINEAGE_FILE = "lineage.json"
 RUNS_FILE = "runs.parquet"
+# how long finished workers get to exit before they are terminated (their outputs are written)
+WORKER_EXIT_GRACE_S = 3.0
 
 
 def cell_job(spec_fixed: dict[str, Any], cell: dict[str, Any], out_dir: str) -> dict[str, Any]:
@@ -58,28 +69,78 @@ def _cell_job(spec_fixed: dict[str, Any], cell: dict[str, Any], out_dir: str) ->
     final = Path(out_dir)
     tmp = final.with_name(final.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
+    traced = bool(cell.get("trace", False))
+    # vLLM's own manager has no pinning: its cell keeps the grid's pin_k for pairing only
+    pin_k = None if cell["org"] == "vllm" else cell["pin_k"]
     cfg = SimConfig(model=spec_fixed["model"], device=spec_fixed["device"], org=cell["org"],
                     budget=cell["budget"], requests=spec_fixed["requests"], rate=cell["rate"],
                     share=cell["share"], seed=cell["seed"], cap=cell["cap"],
-                    headroom=cell["headroom"], pin_k=cell["pin_k"], retention=cell["retention"],
-                    isolate=cell["isolate"], trace_dir=None, out=tmp,
-                    max_model_len=spec_fixed["max_model_len"], constants=spec_fixed["cost"],
-                    grid=spec_fixed.get("grid"),
-                    attention_fraction=spec_fixed.get("attention_fraction"))
-    run_sim(cfg)
+                    headroom=cell["headroom"], pin_k=pin_k, retention=cell["retention"],
+                    isolate=cell["isolate"], trace_dir=tmp / "trace" if traced else None,
+                    out=tmp, max_model_len=spec_fixed["max_model_len"],
+                    constants=spec_fixed["cost"], grid=spec_fixed.get("grid"),
+                    attention_fraction=spec_fixed.get("attention_fraction"),
+                    chunking=cell.get("chunking"))
+    result = run_sim(cfg)
+    if traced:
+        _write_json(tmp / LINEAGE_FILE, cell_lineage(result.summary["trace_path"]))
+        # the summary names the trace where it will lie once the cell is in place
+        summary = dict(result.summary)
+        summary["trace_path"] = str(final / "trace" / Path(summary["trace_path"]).name)
+        _write_json(tmp / "summary.json", summary)
     if final.exists():
         shutil.rmtree(final)
     os.replace(tmp, final)
-    return row_of(final.name, cell, json.loads((final / "summary.json").read_text()))
+    return row_of(final.name, cell, json.loads((final / "summary.json").read_text()),
+                  read_lineage(final))
 
 
-def row_of(cell_id: str, cell: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any]:
+def cell_lineage(trace_path: str) -> dict[str, Any]:
+    """The lineage report (``lineage.report.to_json``) of one traced cell: J_adopt, R_max,
+    A_max (M0/M1) means over INITIAL episodes, episode classes, replay agreement."""
+    from lineage.report import analyse
+    from lineage.report import to_json as lineage_json
+    from lineage.source import open_run
+
+    return lineage_json(analyse(open_run(trace_path)))
+
+
+def read_lineage(cell_dir: Path) -> dict[str, Any] | None:
+    path = cell_dir / LINEAGE_FILE
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def lineage_row(lin: dict[str, Any] | None) -> dict[str, float]:
+    nan = float("nan")
+    if lin is None:
+        return dict.fromkeys(LINEAGE_METRICS, nan)
+    means = lin["means_initial"]
+
+    def num(v: Any) -> float:
+        return float(v) if v is not None else nan
+    j = num(means["j_adopt"])
+    agree = lin["replay_agreement"]
+    return {"lineage_j_adopt": j,
+            "lineage_r_max_m0": num(means["r_max"]["m0"]),
+            "lineage_r_max_m1": num(means["r_max"]["m1"]),
+            "lineage_a_max_m0": num(means["a_max"]["m0"]),
+            "lineage_a_max_m1": num(means["a_max"]["m1"]),
+            "lineage_gap_r_m1": num(means["r_max"]["m1"]) - j,
+            "lineage_initial_episodes": float(lin["initial_episodes"]),
+            "lineage_resume_episodes": float(lin["resume_episodes"]),
+            "lineage_agree": float(agree["agree"] == agree["episodes"])}
+
+
+def row_of(cell_id: str, cell: dict[str, Any], summary: dict[str, Any],
+           lineage: dict[str, Any] | None = None) -> dict[str, Any]:
     row: dict[str, Any] = {"cell_id": cell_id}
-    row.update({k: cell[k] for k in (*AXES, "seed")})
+    row.update({k: cell.get(k, LATE_AXES.get(k)) for k in (*AXES, "seed")})
     row["pin_k"] = -1 if cell["pin_k"] is None else int(cell["pin_k"])  # -1: off (typed column)
+    row["chunking"] = row["chunking"] or "default"  # typed column: "default" = the key omitted
     for m in METRICS:
         v = summary.get(m)
         row[m] = float(v) if v is not None else float("nan")
+    row.update(lineage_row(lineage))
     return row
 
 
@@ -100,16 +161,19 @@ def run_campaign(spec: CampaignSpec, out: Path, workers: int = 1, ray_address: s
         raise HybridMemError(f"ray_cpus must be an integer in [1, 256], got {ray_cpus}")
     cells_dir = out / "cells"
     cells_dir.mkdir(parents=True, exist_ok=True)
-    _write_json(out / "campaign.json", {"name": spec.name, "fixed": _fixed(spec),
-                                        "cells": len(spec.cells), "metrics": spec.metrics,
-                                        "contrasts": [asdict(c) for c in spec.contrasts]})
+    _write_json(out / "campaign.json", {"name": spec.name, "question": spec.question,
+                                        "fixed": _fixed(spec), "cells": len(spec.cells),
+                                        "metrics": spec.metrics, "level": spec.level,
+                                        "contrasts": [asdict(c) for c in spec.contrasts],
+                                        "paper": [asdict(f) for f in spec.paper]})
     todo: list[tuple[str, Cell]] = []
     done_rows: dict[str, dict[str, Any]] = {}
     for cell in spec.cells:
         cid = spec.cell_id(cell)
         summary = cells_dir / cid / "summary.json"
         if summary.is_file():
-            done_rows[cid] = row_of(cid, cell.params, json.loads(summary.read_text()))
+            done_rows[cid] = row_of(cid, cell.params, json.loads(summary.read_text()),
+                                    read_lineage(cells_dir / cid))
             (cells_dir / (cid + ".error")).unlink(missing_ok=True)
         else:
             todo.append((cid, cell))
@@ -152,7 +216,8 @@ def _record(rows: dict[str, dict[str, Any]], failed: dict[str, str], cid: str,
 def _run_pool(workers: int, fixed: dict[str, Any], todo: list[tuple[str, Cell]], cells_dir: Path,
               rows: dict[str, dict[str, Any]], failed: dict[str, str], say: Callable[[str], None],
               t0: float) -> None:
-    with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"))
+    try:
         futures: dict[Future[dict[str, Any]], str] = {
             pool.submit(cell_job, fixed, cell.params, str(cells_dir / cid)): cid
             for cid, cell in todo}
@@ -163,6 +228,24 @@ def _run_pool(workers: int, fixed: dict[str, Any], todo: list[tuple[str, Cell]],
             for fut in finished:
                 n += 1
                 _record(rows, failed, futures[fut], fut.result(), f"{n}/{len(todo)}", t0, say)
+    finally:
+        _close_pool(pool)
+
+
+def _close_pool(pool: ProcessPoolExecutor) -> None:
+    """Shut the pool down without waiting on a worker that does not exit: every cell's outputs
+    are written by now, and a worker process that imported vLLM can linger (threads of the
+    libraries it loaded), keeping the campaign alive after its last cell. Each gets
+    ``WORKER_EXIT_GRACE_S`` to exit on its own, then is terminated."""
+    procs = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    deadline = time.monotonic() + WORKER_EXIT_GRACE_S
+    for proc in procs:
+        proc.join(max(0.0, deadline - time.monotonic()))
+    for proc in procs:
+        if proc.is_alive():
+            proc.terminate()
+            proc.join(5.0)
 
 
 def _run_ray(address: str, fixed: dict[str, Any], todo: list[tuple[str, Cell]], cells_dir: Path,

@@ -19,7 +19,14 @@
     retention = [false]
     share = [0.5]
     isolate = [false]
+    chunking = ["default"]          # prefill split: "default" or names in orgs.CHUNKINGS;
+                                    # every arm of a contrast gets the same split unless the
+                                    # contrast sets chunking itself
+    trace = [false]                 # true: the cell writes its trace and lineage.json
     seeds = {start = 42000, count = 12}     # or a list
+
+    # [[grid]] tables instead of one [grid]: the union of their products (for designs that
+    # are not one product, like b63/cap 63 beside b108/cap 109)
 
     [cost]                          # optional cost-constant overrides (hybridmem sim --cost)
     mfu = 0.55
@@ -29,10 +36,16 @@
     num = {org = "S1"}
     den = {org = "S0"}
 
+    [[paper]]                       # the paper's figure this campaign is read against
+    ...                             # (hybridmem.sim.campaign_paper; campaign report)
+
     [stats]
     metrics = ["throughput_tok_s"]  # summary keys tested (a log ratio needs positive values)
     level = 0.95                    # paired-t interval level; Holm runs over every test
                                     # (contrast x stratum x metric): the declared family
+
+``org = "vllm"`` (vLLM's own manager) takes no headroom or retention (refused) and no pinning:
+its cells keep the grid's ``pin_k`` for pairing but run without it (summary.json: pin_k null).
 
 A cell's id is a digest of its parameters, so a cell keeps its directory (and its result) when
 the spec grows: ``hybridmem campaign`` reruns nothing that finished.
@@ -51,8 +64,13 @@ from typing import Any
 
 from hybridmem.errors import HybridMemError
 
-AXES = ("org", "budget", "rate", "cap", "headroom", "pin_k", "retention", "share", "isolate")
-FIXED = ("name", "model", "device", "requests", "max_model_len", "grid", "attention_fraction")
+AXES = ("org", "budget", "rate", "cap", "headroom", "pin_k", "retention", "share", "isolate",
+        "chunking", "trace")
+# axes added after campaigns were kept: left out of a cell's id at their default, so a kept
+# cell keeps its directory
+LATE_AXES = {"chunking": None, "trace": False}
+FIXED = ("name", "model", "device", "requests", "max_model_len", "grid", "attention_fraction",
+         "question")
 MAX_CELLS = 20_000
 
 
@@ -68,10 +86,19 @@ class Cell:
     share: float
     isolate: bool
     seed: int
+    chunking: str | None = None   # prefill split (orgs.CHUNKINGS); None: the seam's default
+    trace: bool = False           # write the trace and its lineage summary
 
     @property
     def params(self) -> dict[str, Any]:
+        """Every parameter (what a worker gets and a runs.parquet row holds)."""
         return asdict(self)
+
+    @property
+    def id_params(self) -> dict[str, Any]:
+        """The parameters a cell id digests: late axes only when set."""
+        return {k: v for k, v in asdict(self).items()
+                if not (k in LATE_AXES and v == LATE_AXES[k])}
 
     @property
     def stratum(self) -> dict[str, Any]:
@@ -100,6 +127,8 @@ class CampaignSpec:
     contrasts: tuple[Contrast, ...] = ()
     metrics: tuple[str, ...] = ("throughput_tok_s",)
     level: float = 0.95
+    question: str | None = None   # "Q1".."Q9": the paper's question (Table 2) it answers
+    paper: tuple[Any, ...] = ()   # campaign_paper.PaperFigure: the paper's figures beside it
 
     def cell_id(self, cell: Cell) -> str:
         fixed: dict[str, Any] = {"model": self.model, "device": self.device,
@@ -110,7 +139,7 @@ class CampaignSpec:
         if self.attention_fraction is not None:
             fixed["attention_fraction"] = self.attention_fraction
         key = {"fixed": fixed,
-               "cell": cell.params}
+               "cell": cell.id_params}
         digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
         return f"{cell.org}-{cell.budget}-s{cell.seed}-{digest}"
 
@@ -149,35 +178,23 @@ def _num(v: Any, name: str, lo: float, hi: float, integer: bool = False) -> Any:
     return v
 
 
-def load_spec(path: str | Path) -> CampaignSpec:
-    """Parse and check a campaign TOML (one-line HybridMemError on any bad value)."""
-    p = Path(path)
-    try:
-        raw = tomllib.loads(p.read_text())
-    except FileNotFoundError:
-        raise HybridMemError(f"campaign spec {str(p)!r} does not exist") from None
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise HybridMemError(f"cannot read campaign spec {str(p)!r}: {exc}") from None
-    unknown = set(raw) - {"campaign", "grid", "cost", "contrast", "stats"}
-    if unknown:
-        raise HybridMemError(f"{p.name}: unknown tables {sorted(unknown)}")
-    camp, grid = raw.get("campaign", {}), raw.get("grid", {})
-    bad = set(camp) - set(FIXED)
-    if bad:
-        raise HybridMemError(f"{p.name}: unknown [campaign] keys {sorted(bad)}; known {FIXED}")
+def _grid_cells(grid: Any, where: str) -> list[Cell]:
+    """Every combination of one ``[grid]`` table's values (scalars count as one value)."""
+    if not isinstance(grid, dict):
+        raise HybridMemError(f"{where}: a [grid] must be a table")
     bad = set(grid) - set(AXES) - {"seeds"}
     if bad:
-        raise HybridMemError(f"{p.name}: unknown [grid] keys {sorted(bad)}; known "
+        raise HybridMemError(f"{where}: unknown [grid] keys {sorted(bad)}; known "
                              f"{(*AXES, 'seeds')}")
     if "seeds" not in grid:
-        raise HybridMemError(f"{p.name}: [grid] needs seeds")
-    from hybridmem.sim.devices import DEVICES
-    from hybridmem.sim.orgs import ORGS
+        raise HybridMemError(f"{where}: [grid] needs seeds")
+    from hybridmem.sim import orgs as sim_orgs
 
     orgs = [str(o) for o in _list(grid.get("org", "vllm"), "org")]
     for o in orgs:
-        if o not in ORGS:
-            raise HybridMemError(f"grid.org: unknown organization {o!r}; expected {ORGS}")
+        if o not in sim_orgs.ORGS:
+            raise HybridMemError(f"grid.org: unknown organization {o!r}; expected "
+                                 f"{sim_orgs.ORGS}")
     budgets = [str(b) for b in _list(grid.get("budget", "b63"), "budget")]
     rates = [_num(r, "rate", 1e-6, 1e6) for r in _list(grid.get("rate", 3.0), "rate")]
     caps = [_num(c, "cap", 1, 4096, True) for c in _list(grid.get("cap", 63), "cap")]
@@ -193,18 +210,71 @@ def load_spec(path: str | Path) -> CampaignSpec:
             raise HybridMemError(f"grid.pin_k: {k!r} must be \"off\", 1, 2 or 3")
     rets = _list(grid.get("retention", False), "retention")
     isos = _list(grid.get("isolate", False), "isolate")
-    for name, vals in (("retention", rets), ("isolate", isos)):
+    traces = _list(grid.get("trace", False), "trace")
+    for name, vals in (("retention", rets), ("isolate", isos), ("trace", traces)):
         if any(not isinstance(v, bool) for v in vals):
             raise HybridMemError(f"grid.{name}: values must be true or false, got {vals}")
     shares = [_num(q, "share", 0.0, 1.0) for q in _list(grid.get("share", 0.5), "share")]
+    chunkings = [_chunking(c) for c in _list(grid.get("chunking", "default"), "chunking")]
     seeds = _seeds(grid["seeds"])
     n = (len(orgs) * len(budgets) * len(rates) * len(caps) * len(heads) * len(pins)
-         * len(rets) * len(shares) * len(isos) * len(seeds))
+         * len(rets) * len(shares) * len(isos) * len(chunkings) * len(traces) * len(seeds))
     if n > MAX_CELLS:
-        raise HybridMemError(f"{p.name}: {n} cells exceed the limit of {MAX_CELLS}")
-    cells = tuple(Cell(o, b, float(r), c, float(h), k, bool(rt), float(q), bool(i), s)
-                  for o, b, r, c, h, k, rt, q, i, s in itertools.product(
-                      orgs, budgets, rates, caps, heads, pins, rets, shares, isos, seeds))
+        raise HybridMemError(f"{where}: {n} cells exceed the limit of {MAX_CELLS}")
+    if "vllm" in orgs and (any(h for h in heads) or any(rets)):
+        raise HybridMemError(f"{where}: org \"vllm\" (vLLM's own manager) has no admission "
+                             "headroom or retention: give its grid headroom = 0 and "
+                             "retention = false")
+    return [Cell(o, b, float(r), c, float(h), k, bool(rt), float(q), bool(i), s, ch, bool(t))
+            for o, b, r, c, h, k, rt, q, i, ch, t, s in itertools.product(
+                orgs, budgets, rates, caps, heads, pins, rets, shares, isos, chunkings, traces,
+                seeds)]
+
+
+def _chunking(v: Any) -> str | None:
+    """A prefill-split name: ``"default"`` (the key omitted) or one of ``orgs.CHUNKINGS``."""
+    if v == "default":
+        return None
+    from hybridmem.sim import orgs
+
+    names = getattr(orgs, "CHUNKINGS", None)
+    if names is None:
+        raise HybridMemError(f"grid.chunking: {v!r}: this build names no prefill splits "
+                             "(hybridmem.sim.orgs.CHUNKINGS); omit the key")
+    if not isinstance(v, str) or v not in names:
+        raise HybridMemError(f"grid.chunking: {v!r} is not a prefill split; expected one of "
+                             f"{tuple(names)}")
+    return v
+
+
+def load_spec(path: str | Path) -> CampaignSpec:
+    """Parse and check a campaign TOML (one-line HybridMemError on any bad value)."""
+    p = Path(path)
+    try:
+        raw = tomllib.loads(p.read_text())
+    except FileNotFoundError:
+        raise HybridMemError(f"campaign spec {str(p)!r} does not exist") from None
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise HybridMemError(f"cannot read campaign spec {str(p)!r}: {exc}") from None
+    unknown = set(raw) - {"campaign", "grid", "cost", "contrast", "stats", "paper"}
+    if unknown:
+        raise HybridMemError(f"{p.name}: unknown tables {sorted(unknown)}")
+    camp = raw.get("campaign", {})
+    bad = set(camp) - set(FIXED)
+    if bad:
+        raise HybridMemError(f"{p.name}: unknown [campaign] keys {sorted(bad)}; known {FIXED}")
+    grids = raw.get("grid", {})
+    grids = grids if isinstance(grids, list) else [grids]
+    if not grids:
+        raise HybridMemError(f"{p.name}: [[grid]] is empty")
+    # several [[grid]] tables: the union of their products (a cell listed twice runs once)
+    cells = tuple(dict.fromkeys(c for i, g in enumerate(grids)
+                                for c in _grid_cells(g, p.name if len(grids) == 1
+                                                     else f"{p.name} grid #{i + 1}")))
+    if len(cells) > MAX_CELLS:
+        raise HybridMemError(f"{p.name}: {len(cells)} cells exceed the limit of {MAX_CELLS}")
+    from hybridmem.sim.devices import DEVICES
+
     device = str(camp.get("device", "a100-40gb"))
     if device not in DEVICES:
         raise HybridMemError(f"campaign.device: unknown {device!r}; expected {sorted(DEVICES)}")
@@ -240,8 +310,14 @@ def load_spec(path: str | Path) -> CampaignSpec:
     metrics = tuple(str(m) for m in _list(stats.get("metrics", ["throughput_tok_s"]),
                                           "metrics"))
     level = _num(stats.get("level", 0.95), "level", 0.5, 0.9999)
+    question = camp.get("question")
+    if question is not None and not isinstance(question, str):
+        raise HybridMemError(f"{p.name}: campaign.question must be a string like \"Q4\"")
+    from hybridmem.sim.campaign_paper import parse_paper
+
+    paper = parse_paper(raw.get("paper", []), p.name, {c.name for c in contrasts})
     return CampaignSpec(name=str(camp.get("name", p.stem)), model=str(camp.get("model",
                         "falcon-h1-7b")), device=device, requests=requests, max_model_len=mml,
                         cells=cells, cost={k: float(v) for k, v in cost.items()},
                         contrasts=tuple(contrasts), metrics=metrics, level=float(level),
-                        grid=grid, attention_fraction=frac)
+                        grid=grid, attention_fraction=frac, question=question, paper=paper)

@@ -9,7 +9,8 @@ combination of the grid factors the contrast does not set, seed excluded)::
              d(s) = ln(num_s / den_s) at the spec's level, exact sign-flip p over 2^n
     Holm     over every test of the campaign (contrast x stratum x metric): the declared family
 
-A stratum where either arm lacks a seed of the other is an error (nothing is dropped).
+A stratum where either arm lacks a seed of the other is an error (nothing is dropped); a stratum
+with a single paired seed has no interval and gives no test.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from hybridmem.errors import HybridMemError
-from hybridmem.sim.campaign_spec import AXES, Contrast
+from hybridmem.sim.campaign_spec import AXES, LATE_AXES, Contrast
 from hybridmem.stats import contrast as paired_contrast
 from hybridmem.stats import holm
 from hybridmem.stats.errors import StatsError
@@ -36,11 +37,24 @@ def load_runs(path: Path) -> list[dict[str, Any]]:
         raise HybridMemError(f"cannot read runs table {str(path)!r}: {exc}") from None
 
 
-def _matches(row: dict[str, Any], sel: dict[str, Any]) -> bool:
+def factor(row: dict[str, Any], k: str) -> Any:
+    """A row's grid factor; a runs table written before a late axis existed holds its default
+    (chunking "default", trace false)."""
+    if k in row:
+        return row[k]
+    if k == "chunking":
+        return "default"
+    return LATE_AXES[k]
+
+
+def matches(row: dict[str, Any], sel: dict[str, Any]) -> bool:
+    """Does ``row`` have every grid factor ``sel`` sets (pin_k "off" = -1, floats to 1e-12)?"""
     for k, v in sel.items():
-        rv = row[k]
+        rv = factor(row, k)
         if k == "pin_k":
             v = -1 if v in (None, "off") else v
+        if k == "chunking" and v is None:
+            v = "default"
         if isinstance(rv, float) or isinstance(v, float):
             if not math.isclose(float(rv), float(v), rel_tol=0, abs_tol=1e-12):
                 return False
@@ -62,15 +76,15 @@ def analyse(rows: list[dict[str, Any]], contrasts: tuple[Contrast, ...] | list[C
         free = [a for a in AXES if a not in c.num]
         strata: dict[tuple[Any, ...], None] = {}
         for r in rows:
-            if _matches(r, c.num) or _matches(r, c.den):
-                strata[tuple(r[a] for a in free)] = None
+            if matches(r, c.num) or matches(r, c.den):
+                strata[tuple(factor(r, a) for a in free)] = None
         for key in strata:
             sel = dict(zip(free, key, strict=True))
             for m in metrics:
                 num = {int(r["seed"]): float(r[m]) for r in rows
-                       if _matches(r, {**sel, **c.num})}
+                       if matches(r, {**sel, **c.num})}
                 den = {int(r["seed"]): float(r[m]) for r in rows
-                       if _matches(r, {**sel, **c.den})}
+                       if matches(r, {**sel, **c.den})}
                 if not num or not den:
                     continue
                 dropped = sorted(set(num) ^ set(den))
@@ -79,6 +93,8 @@ def analyse(rows: list[dict[str, Any]], contrasts: tuple[Contrast, ...] | list[C
                     den = {k: v for k, v in den.items() if k in num}
                     if len(num) < 2:
                         continue
+                if not dropped and len(num) < 2:
+                    continue  # one paired seed (a smoke run): no interval, no test
                 try:
                     pc = paired_contrast(num, den, level=level)
                 except StatsError as exc:
@@ -118,7 +134,9 @@ def format_tests(tests: list[dict[str, Any]]) -> str:
              f"{'CI %':>21} {'p':>9} {'Holm p':>9}"]
     for t in tests:
         st = " ".join(f"{k}={v}" for k, v in t["stratum"].items()
-                      if k in ("budget", "rate", "headroom", "share", "cap", "org"))
+                      if k in ("budget", "rate", "headroom", "share", "cap", "org")
+                      or (k in ("retention", "isolate", "trace") and v is True)
+                      or (k == "chunking" and v != "default"))
         lines.append(f"{t['contrast']:<10} {t['metric']:<16} {st:<34} {t['n']:>3} "
                      f"{t['mean_relative_pct']:>+11.2f} "
                      f"[{t['ci_low_pct']:+8.2f},{t['ci_high_pct']:+8.2f}] "

@@ -60,6 +60,8 @@ class SimOutcome:
     wall_s: float
     step_log: StepLog
     time_parts_s: dict[str, float]   # simulated seconds by cost-model part, summed over steps
+    polls: list[tuple[int, int]] = field(default_factory=list)  # (running, waiting) each 1 s
+    record_steps: int = 0  # steps that produced a token: vLLM's stats records (App. B.4's K)
 
 
 def make_request(r: WorkloadRequest, hasher: Any, arrival: float) -> Any:
@@ -86,7 +88,11 @@ def _count_preemptions(scheduler: Any) -> list[int]:
 
 def simulate(scheduler: Any, requests: Sequence[WorkloadRequest], cost: CostModel,
              hasher: Any, progress: bool = False) -> SimOutcome:
-    """Serve ``requests`` (open loop, planned arrivals) through ``scheduler`` on virtual time."""
+    """Serve ``requests`` (open loop, planned arrivals) through ``scheduler`` on virtual time.
+
+    ``polls``: the running and waiting request counts at every whole virtual second, as the
+    paper's one-second poller sampled vLLM's gauges (the counts the step spanning that second
+    scheduled with; waiting includes preempted requests, as vLLM's gauge does)."""
     from vllm.v1.outputs import ModelRunnerOutput
 
     wall0 = time.perf_counter()
@@ -103,6 +109,9 @@ def simulate(scheduler: Any, requests: Sequence[WorkloadRequest], cost: CostMode
     last_report = wall0
     live = scheduler.requests  # request id -> vLLM Request (the scheduler's own dict)
     gemm_s = attention_s = recurrent_s = checkpoint_s = overhead_s = 0.0
+    polls: list[tuple[int, int]] = []
+    tick = 1.0
+    record_steps = 0
     while nxt < total or scheduler.has_unfinished_requests():
         while nxt < total and pending[nxt].arrival_s <= now:
             r = pending[nxt]
@@ -112,9 +121,13 @@ def simulate(scheduler: Any, requests: Sequence[WorkloadRequest], cost: CostMode
         if not scheduler.has_unfinished_requests():
             parts["idle_s"] += pending[nxt].arrival_s - now
             now = pending[nxt].arrival_s
+            while tick <= now:
+                polls.append((0, 0))
+                tick += 1.0
             continue
         out = scheduler.schedule()
         steps += 1
+        gauge = (len(scheduler.running), len(scheduler.waiting))
         seqs: list[Seq] = []
         sampled: list[list[int]] = []
         for rid, n in out.num_scheduled_tokens.items():
@@ -143,6 +156,8 @@ def simulate(scheduler: Any, requests: Sequence[WorkloadRequest], cost: CostMode
         recurrent_s += c.recurrent_s
         checkpoint_s += c.checkpoint_s
         overhead_s += c.overhead_s
+        if any(sampled):
+            record_steps += 1
         ids = list(out.num_scheduled_tokens)
         mro = ModelRunnerOutput(req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)},
                                 sampled_token_ids=sampled)
@@ -158,10 +173,14 @@ def simulate(scheduler: Any, requests: Sequence[WorkloadRequest], cost: CostMode
                     rec.finished = now
                     rec.finish_reason = str(o.finish_reason)
                     done += 1
+        while tick <= now:
+            polls.append(gauge)
+            tick += 1.0
         if progress and time.perf_counter() - last_report > 2.0:
             last_report = time.perf_counter()
             print(f"sim: {done}/{total} done, virtual {now:.1f} s, {steps} steps",
                   file=sys.stderr)
     parts.update(gemm_s=gemm_s, attention_s=attention_s, recurrent_s=recurrent_s,
                  checkpoint_s=checkpoint_s, overhead_s=overhead_s)
-    return SimOutcome(records, now, steps, preempts[0], time.perf_counter() - wall0, log, parts)
+    return SimOutcome(records, now, steps, preempts[0], time.perf_counter() - wall0, log, parts,
+                      polls, record_steps)

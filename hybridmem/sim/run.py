@@ -49,6 +49,7 @@ class SimConfig:
     isolate: bool = False
     grid: int | None = None      # organizations' block/checkpoint grid (None: 512, the paper's)
     attention_fraction: float | None = None  # D0 split (None: the model preset's)
+    chunking: str | None = None  # prefill split (orgs.CHUNKINGS; None: the seam's default)
     check_invariants: bool = False  # organizations: App. D.2 checkers after every step
     trace_dir: Path | None = None
     out: Path = Path("out/sim")
@@ -91,6 +92,9 @@ class SimConfig:
         if not (isinstance(self.max_model_len, int) and 64 <= self.max_model_len <= 1 << 20):
             raise bad(f"max model length must be an integer in [64, 2^20], "
                       f"got {self.max_model_len}")
+        if self.chunking is not None and self.chunking not in getattr(orgs, "CHUNKINGS", ()):
+            raise bad(f"unknown chunking {self.chunking!r}; expected one of "
+                      f"{', '.join(getattr(orgs, 'CHUNKINGS', ())) or '(none in this build)'}")
         CostConstants().with_values(**self.constants)
         return self
 
@@ -118,8 +122,10 @@ def run_sim(cfg: SimConfig, progress: bool = False) -> RunResult:
     manifest = workload.save_manifest(out / "workload.json")
     vc = vllm_env.engine_config(shape, cfg.cap, cfg.max_model_len,
                                 device.max_num_batched_tokens, cfg.seed)
+    # only named when set, so this seam works with an OrgChoice that has no chunking field
+    split = {"chunking": cfg.chunking} if cfg.chunking is not None else {}
     choice = orgs.OrgChoice(cfg.org, cfg.budget, cfg.headroom, cfg.pin_k, cfg.retention,
-                            cfg.grid, cfg.attention_fraction, cfg.check_invariants)
+                            cfg.grid, cfg.attention_fraction, cfg.check_invariants, **split)
     trace, meta = _trace_target(cfg, device) if cfg.trace_dir is not None else (None, None)
     built = orgs.build(choice, vc, shape, trace, meta)
     sched = built.scheduler
@@ -152,10 +158,58 @@ def run_sim(cfg: SimConfig, progress: bool = False) -> RunResult:
         "steps": outcome.steps, "wall_s": outcome.wall_s, "init_wall_s": init_s,
         "time_parts_s": outcome.time_parts_s,
         "cost_model": cost.describe(),
+        "chunking": cfg.chunking,
     })
+    summary.update(recorded_work(outcome.records, outcome.polls, outcome.record_steps))
     if cfg.step_log:
         _write_steps(outcome.step_log, out / "steps.parquet")
     return write_run(out, summary, outcome.records, manifest)
+
+
+def recorded_work(records: dict[str, Any], polls: list[tuple[int, int]],
+                  record_steps: int) -> dict[str, Any]:
+    """The paper's serving-level work counters and poller statistics (§4.2, App. B.4, Table
+    E-1), as vLLM 0.32's own counters record them, over the whole run:
+
+    * ``recorded_prompt_tokens`` (``C_once = H - O_ctr``, the once-recorded initial-input
+      component): each request's prompt less the prefix-cache hit of its first prefill,
+      counted once at its first token (``vllm:prompt_tokens_by_source{source="local_compute"}``;
+      a preempted request's recomputed prefill is not counted again);
+    * ``recorded_prompt_full_tokens``: the whole prompts of those requests;
+    * ``recorded_output_tokens`` (``O_ctr``), ``recorded_total_tokens`` (``H``) and
+      ``recorded_records`` (``K``: engine steps that recorded a token);
+    * ``poll_*``: running / waiting counts sampled every virtual second (mean, median, max).
+
+    The paper's counters cover a common valid poller window of each run (not published); the
+    simulator counts the whole run."""
+    started = [r for r in records.values() if not math.isnan(r.first_token)]
+    full = sum(len(r.spec.prompt_token_ids) for r in started)
+    once = full - sum(r.cached_tokens for r in started)
+    out = sum(len(r.token_ids) for r in records.values())
+    running = [p[0] for p in polls]
+    waiting = [p[1] for p in polls]
+
+    def stat(vals: list[int], how: str) -> float | None:
+        if not vals:
+            return None
+        if how == "mean":
+            return sum(vals) / len(vals)
+        if how == "max":
+            return float(max(vals))
+        ordered = sorted(vals)
+        mid = len(ordered) // 2
+        return float(ordered[mid]) if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+    return {
+        "recorded_prompt_tokens": once,
+        "recorded_prompt_full_tokens": full,
+        "recorded_output_tokens": out,
+        "recorded_total_tokens": once + out,
+        "recorded_records": record_steps,
+        "poll_samples": len(polls),
+        **{f"poll_{name}_{how}": stat(vals, how) for name, vals in (("running", running),
+                                                                    ("waiting", waiting))
+           for how in ("mean", "median", "max")},
+    }
 
 
 def _trace_target(cfg: SimConfig, device: Any) -> tuple[str, dict[str, Any]]:

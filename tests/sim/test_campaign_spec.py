@@ -16,10 +16,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_shipped_specs_parse() -> None:
     q1 = load_spec(ROOT / "campaigns" / "q1_exp1a.toml")
-    assert len(q1.cells) == 3 * 3 * 12
+    assert len(q1.cells) == 4 * 3 * 12
     assert {c.seed for c in q1.cells} == set(range(42000, 42012))
-    assert [c.name for c in q1.contrasts] == ["S1/S0", "S2/S1"]
-    assert len(load_spec(ROOT / "campaigns" / "q5_load.toml").cells) == 2 * 2 * 6 * 2 * 3
+    assert [c.name for c in q1.contrasts] == ["S1/S0", "S2/S1", "S2/vllm"]
+    assert len(load_spec(ROOT / "campaigns" / "q5_load.toml").cells) == 3 * (2 * 4 * 3 + 6 + 6
+                                                                             + 9)
     assert len(load_spec(ROOT / "campaigns" / "q6_headroom.toml").cells) == 2 * 3 * 5 * 12
     ids = [q1.cell_id(c) for c in q1.cells]
     assert len(set(ids)) == len(ids)

@@ -225,3 +225,81 @@ def test_campaign_on_local_ray_resumes_the_worker_campaign(
     assert all(r["completed"] == 10 for r in rows)
     stats = json.loads((out / "stats.json").read_text())
     assert stats[0]["contrast"] == "S2/S1" and stats[0]["n"] == 2
+
+
+def test_campaign_report_on_a_two_cell_campaign(tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """S2 beside stock vLLM (one seed, 6 requests, traced): the cells carry vLLM's block size,
+    the recorded-work counters and the lineage means; the report writes the table (Markdown and
+    HTML) and the figures; a paper figure moved far away flips its verdict (negative control)."""
+    spec = tmp_path / "r.toml"
+    spec.write_text("""
+[campaign]
+name = "two-cell"
+question = "Q4"
+requests = 6
+[grid]
+org = ["S2", "vllm"]
+budget = ["b63"]
+pin_k = [2]
+share = [1.0]
+trace = [true]
+seeds = [0]
+[[contrast]]
+name = "S2/vllm"
+num = {org = "S2"}
+den = {org = "vllm"}
+[[paper]]
+ref = "none"
+what = "S2 against stock vLLM"
+kind = "simulated"
+contrast = "S2/vllm"
+[[paper]]
+ref = "test"
+what = "S2 preemptions"
+kind = "value"
+where = {org = "S2"}
+metric = "preemptions"
+value = 0
+tolerance = 0.5
+[[paper]]
+ref = "test"
+what = "ledger"
+kind = "not_modelled"
+reason = "no runner in a simulation"
+""")
+    out = tmp_path / "camp"
+    assert main(["campaign", str(spec), "--out", str(out), "--no-plots"]) == 0
+    rows = {r["org"]: r for r in pq.read_table(out / "runs.parquet").to_pylist()}
+    assert rows["vllm"]["block_tokens"] == 1568 and rows["S2"]["block_tokens"] == 512
+    assert rows["vllm"]["pin_k"] == 2  # the grid's, for pairing; the cell ran without
+    vllm_cell = next(p for p in (out / "cells").iterdir() if p.name.startswith("vllm"))
+    assert json.loads((vllm_cell / "summary.json").read_text())["pin_k"] is None
+    for r in rows.values():
+        assert r["completed"] == 6 and r["recorded_output_tokens"] == r["output_tokens"]
+        assert 0 < r["recorded_prompt_tokens"] <= r["recorded_prompt_full_tokens"]
+        assert r["recorded_total_tokens"] == r["recorded_prompt_tokens"] + r["output_tokens"]
+        assert r["recorded_records"] > 0 and r["poll_running_mean"] > 0
+        assert r["lineage_initial_episodes"] == 6 and r["lineage_agree"] == 1.0
+    capsys.readouterr()
+    md, html_out = tmp_path / "report.md", tmp_path / "report.html"
+    assert main(["campaign", "report", str(out), "--out", str(md), "--html", str(html_out)]) == 0
+    text = md.read_text()
+    assert "| Q4 | none | S2 against stock vLLM |" in text and "not in the paper" in text
+    preempt_line = next(line for line in text.splitlines() if "S2 preemptions" in line)
+    assert f"| {rows['S2']['preemptions']:,.2f} |" in preempt_line
+    expected = "reproduces" if rows["S2"]["preemptions"] <= 0.5 else "differs"
+    assert f"| {expected} |" in preempt_line
+    assert "no runner in a simulation" in text and "a100-40gb preset" in text
+    assert "<table>" in html_out.read_text()
+    figs = {p.name for p in (tmp_path / "report_figures").rglob("*.png")}
+    assert any(n.startswith("fig2_") for n in figs)
+    # negative control: the same cells against a paper figure far from them
+    meta = json.loads((out / "campaign.json").read_text())
+    meta["paper"][1]["value"] = 1000.0
+    (out / "campaign.json").write_text(json.dumps(meta))
+    assert main(["campaign", "report", str(out), "--out", str(md), "--no-plots"]) == 0
+    moved = next(line for line in md.read_text().splitlines() if "S2 preemptions" in line)
+    assert "| differs |" in moved
+    # a report never overwrites its inputs
+    assert main(["campaign", "report", str(out), "--out", str(out / "runs.parquet")]) == 2
