@@ -1,0 +1,75 @@
+"""The model names every subcommand accepts: one registry.
+
+    tiny                  the embedded tiny Falcon-H1 (2 layers, fp32; weights are built from a
+                          seed on first use). Served by `run`, `continuation`, `demo`; priced by
+                          `plan` and `storage`.
+    falcon-h1-7b          architecture-only configs shipped in hybridmem/sim/configs (no weights;
+    granite-4.0-h-micro   SOURCES.md there cites every number). Priced by `plan` and `storage`,
+    nemotron-h-8b         simulated by `sim`; the serving commands refuse them by name.
+    PATH                  a config.json or a model directory holding one (a served model needs
+                          its weights there too).
+
+Every command resolves ``--model`` here, so a name one command knows is never "unknown" to another:
+where a command cannot use it, the refusal says why and which command can.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hybridmem.errors import HybridMemError
+from hybridmem.geometry import SHIPPED, Geometry, geometry_from_config, load_geometry
+
+TINY = "tiny"
+
+
+def names() -> tuple[str, ...]:
+    return (TINY, *SHIPPED)
+
+
+def help_text(default: str | None = None) -> str:
+    tail = f" (default {default})" if default else ""
+    return (f"{', '.join(names())}, a config.json or a model directory{tail}; "
+            "`hybridmem plan --help` lists what each name is")
+
+
+def geometry(model: str, ssm_dtype: str | None = None) -> Geometry:
+    """The state geometry of a name or path (``tiny`` from its config, no build needed)."""
+    if model == TINY:
+        from hybridmem.engines.tiny_model import config_kwargs
+
+        cfg = {**config_kwargs(), "model_type": "falcon_h1"}
+        return geometry_from_config(cfg, name=TINY, ssm_dtype=ssm_dtype)
+    return load_geometry(model, ssm_dtype=ssm_dtype)
+
+
+def grid_tokens(model: str) -> int | None:
+    """The organization grid a name is served on (``None``: the default, 512 tokens)."""
+    if model == TINY:
+        from hybridmem.engines.tiny_model import TINY_GRID_TOKENS
+
+        return TINY_GRID_TOKENS
+    return None
+
+
+def served(model: str, command: str) -> str:
+    """``model`` for a command that serves it on vLLM: ``tiny`` or a model directory."""
+    if model in SHIPPED:
+        raise HybridMemError(
+            f"model {model!r} is an architecture-only config (no weights): `{command}` serves "
+            f"'{TINY}' or a model directory with weights; price it with `hybridmem plan --model "
+            f"{model}` or simulate it with `hybridmem sim --model {model}`")
+    if model != TINY and not (Path(model) / "config.json").is_file():
+        raise HybridMemError(f"model {model!r}: not one of {', '.join(names())} and no "
+                             "config.json there (a model directory)")
+    return model
+
+
+def simulated(model: str) -> str:
+    """``model`` for `sim`: a shipped name or a config (the tiny model is served for real)."""
+    if model == TINY:
+        raise HybridMemError(
+            f"model {TINY!r} is served for real on the CPU by `hybridmem run --model {TINY}`; "
+            f"`sim` prices production-size models on a GPU preset: {', '.join(SHIPPED)} or a "
+            "config.json")
+    return model
