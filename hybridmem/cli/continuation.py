@@ -8,6 +8,7 @@ import math
 import os
 from pathlib import Path
 
+from hybridmem.cli import models
 from hybridmem.errors import HybridMemError
 
 HELP = ("continuation checks (App. D.5): retained-checkpoint continuation vs recomputation, "
@@ -18,9 +19,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("continuation", help=HELP, description=HELP)
     p.add_argument("--model", default="tiny", metavar="M",
                    help="'tiny' (the embedded model, built if missing) or a model directory")
-    p.add_argument("--org", default="vllm", metavar="X",
-                   help="vllm (vLLM's own manager, default) or S0, S1, S2, D0 (the organization "
-                   "serves inside vLLM's scheduler, built as `hybridmem run --org X` builds it)")
+    p.add_argument("--org", default=models.DEFAULT_ORG, metavar="X",
+                   help="S0, S1, S2, D0 (the organization serves inside vLLM's scheduler, built as "
+                   "`hybridmem run --org X` builds it; default %(default)s, as `run` and `sim`) "
+                   "or vllm (vLLM's own manager)")
     p.add_argument("--dtype", default="float32", metavar="DTYPE",
                    help="model and recurrent-state dtype: float32 (default) or bfloat16")
     p.add_argument("--cases", type=int, default=64, metavar="N", help="cases (default 64)")
@@ -45,6 +47,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    models.served(args.model, "hybridmem continuation")
     from continuation_checks.check import CheckConfig, run_check
 
     if args.attention_fraction is not None and not math.isfinite(args.attention_fraction):

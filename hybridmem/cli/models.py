@@ -11,6 +11,16 @@
 
 Every command resolves ``--model`` here, so a name one command knows is never "unknown" to another:
 where a command cannot use it, the refusal says why and which command can.
+
+Defaults shared by `run`, `sim` and `continuation` (and `demo`) also live here, one set:
+
+    --org     S2 (shared paging with conv slots in slabs); `--org vllm` is vLLM's own manager
+    --budget  b40 for the tiny model (110 pages of 64 tokens under S1/S2: requests compete and
+              cached prefixes are reclaimed), b63 for any other model (the paper's main point)
+    --cap     8 running sequences for the tiny model (a CPU), 63 for any other (the paper's)
+
+`continuation` alone keeps a larger default budget (b1536): a continuation check compares a
+retained checkpoint with recomputation, so no reclaim may remove the checkpoint mid-check.
 """
 
 from __future__ import annotations
@@ -21,6 +31,16 @@ from hybridmem.errors import HybridMemError
 from hybridmem.geometry import SHIPPED, Geometry, geometry_from_config, load_geometry
 
 TINY = "tiny"
+DEFAULT_ORG = "S2"
+ORG_CHOICES = ("vllm", "S0", "S1", "S2", "D0")  # == hybridmem.sim.orgs.ORGS (a test says so)
+
+
+def default_budget(model: str) -> str:
+    return "b40" if model == TINY else "b63"
+
+
+def default_cap(model: str) -> int:
+    return 8 if model == TINY else 63
 
 
 def names() -> tuple[str, ...]:
