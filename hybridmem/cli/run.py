@@ -8,10 +8,11 @@ import math
 import sys
 from pathlib import Path
 
-from hybridmem.cli import models
+from hybridmem.cli import engine_log, models
 from hybridmem.cli.common import MAX_CAP, MAX_KV_BLOCKS, MAX_MODEL_LEN, MAX_REQUESTS, count, real
 from hybridmem.cli.common import out_path as path_arg
 from hybridmem.cli.common import seed as seed_arg
+from hybridmem.cli.summary_text import format_summary
 from hybridmem.errors import HybridMemError
 
 # the names of hybridmem.vllm_plugin.faults.FAULTS, spelled here so `--help` does not import the
@@ -100,6 +101,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    "Mamba forward (outputs must not change: the state lives at the "
                    "organization's addresses)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--json", action="store_true",
+                   help="print the summary as one JSON object on stdout, nothing else there")
+    engine_log.add_argument(p)
     p.set_defaults(func=run)
 
 
@@ -174,6 +178,9 @@ def run(args: argparse.Namespace) -> int:
                 raise ValueError(f"--{name.replace('_', '-')} must be > 0 s, got {value}")
     except ValueError as exc:
         raise HybridMemError(str(exc)) from None
+    log = None
+    if not args.server:  # the server's own output goes to OUT/server.log
+        log = engine_log.route_engine_logs(args.out, args.engine_log_level)
     if args.server:
         result = run_serving_http(cfg, progress=not args.quiet,
                                   start_timeout=args.server_timeout,
@@ -186,10 +193,17 @@ def run(args: argparse.Namespace) -> int:
             "invariant_checks", "requests", "completed", "throughput_tok_s",
             "throughput_ledger_tok_s", "ttft_p50", "ttft_p99", "e2e_p50", "e2e_p99",
             "preemptions", "prefix_hit_tokens", "trace_path", "trace_verdict")
-    print(json.dumps({k: s.get(k) for k in keys}, indent=2))
-    print(f"wrote {result.results_path}, {result.summary_path}, {result.manifest_path}")
+    if args.json:
+        print(json.dumps({k: s.get(k) for k in keys}, indent=2))
+    else:
+        print(format_summary(s))
+    notes = sys.stderr if args.json else sys.stdout
+    print(f"wrote {result.results_path}, {result.summary_path}, {result.manifest_path}",
+          file=notes)
+    if log is not None:
+        print(f"vLLM's log: {log} (--engine-log-level {args.engine_log_level})", file=notes)
     if args.server:
-        print(f"server log: {s['server_log']} (exit code {s['server_exit_code']})")
+        print(f"server log: {s['server_log']} (exit code {s['server_exit_code']})", file=notes)
     if str(s.get("invariant_checks", "")).startswith("violated"):
         print(f"hybridmem run: invariant {s['invariant_checks']}", file=sys.stderr)
         return 1

@@ -57,8 +57,10 @@ def test_cases_file_round_trip_and_errors(tmp_path: Path):
 
 @pytest.mark.parametrize(("args", "needle"), [
     (["--org", "Q9"], "--org 'Q9': not one of"),
-    (["--org", "vllm", "--budget", "b40"], "--budget needs an organization (--org S0|S1|S2|D0), not --org vllm"),
-    (["--org", "vllm", "--attention-fraction", "0.5"], "--attention-fraction needs an organization"),
+    (["--org", "vllm", "--budget", "b40"],
+     "--budget needs an organization (--org S0|S1|S2|D0), not --org vllm"),
+    (["--org", "vllm", "--attention-fraction", "0.5"],
+     "--attention-fraction needs an organization"),
     (["--org", "S2", "--budget", "bx"], "bad budget 'bx'"),
     (["--org", "D0", "--attention-fraction", "1.5"], "attention fraction must lie in (0, 1)"),
     (["--org", "D0", "--attention-fraction", "nan"], "--attention-fraction must be finite"),

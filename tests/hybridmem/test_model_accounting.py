@@ -15,7 +15,7 @@ import pytest
 
 from hybridmem.budget import BudgetError, parse_budget, parse_total, plan_budget
 from hybridmem.cli.main import main
-from hybridmem.geometry import SHIPPED, PRESETS, geometry_from_config
+from hybridmem.geometry import PRESETS, SHIPPED, geometry_from_config
 from hybridmem.storage import model_bytes
 from hybridmem.units import derive_units
 
