@@ -5,10 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 from pathlib import Path
 
-from hybridmem.cli import models
+from hybridmem.cli import engine_log, models
 from hybridmem.errors import HybridMemError
 
 HELP = ("continuation checks (App. D.5): retained-checkpoint continuation vs recomputation, "
@@ -43,6 +42,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", type=Path, required=True, metavar="DIR", help="output directory")
     p.add_argument("--json", action="store_true", help="print report.json to stdout")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    engine_log.add_argument(p)
     p.set_defaults(func=run)
 
 
@@ -58,9 +58,9 @@ def run(args: argparse.Namespace) -> int:
                       progress=not args.quiet, budget=args.budget,
                       attention_fraction=args.attention_fraction)
     cfg.check()
-    # vLLM's own handlers log to stdout; leave its records to Python's default (warnings on
-    # stderr) so stdout carries only this command's output (--json stays parseable)
-    os.environ.setdefault("VLLM_CONFIGURE_LOGGING", "0")
+    # vLLM's own handlers would log to stdout: its records go to OUT/engine.log instead, so
+    # stdout carries only this command's output (--json stays parseable)
+    log = engine_log.route_engine_logs(args.out, args.engine_log_level)
     try:
         import vllm  # noqa: F401
     except ImportError as exc:
@@ -80,4 +80,6 @@ def run(args: argparse.Namespace) -> int:
             print(f"  wrote {args.out}/report.json (no case classified)")
         else:
             print(f"  wrote {args.out}/report.json, cases.parquet, continuation.png")
+        if log is not None:
+            print(f"  vLLM's log: {log}")
     return int(report["exit_code"])

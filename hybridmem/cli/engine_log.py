@@ -1,7 +1,9 @@
 """Where vLLM's own log goes: a file in the run's output directory, not the terminal.
 
 `run`, `demo` and `continuation` print only hybridmem's output; vLLM's INFO/WARNING records (and
-those of transformers and torch) go to ``OUT/engine.log`` at ``--engine-log-level`` (OFF: nowhere).
+those of transformers and torch, and Python warnings) go to ``OUT/engine.log`` at
+``--engine-log-level`` (OFF: nowhere). What native code writes to stderr itself (a C++ warning,
+a checkpoint-loading progress bar) still reaches the terminal.
 Both routes are set: the environment (``VLLM_CONFIGURE_LOGGING=1`` and
 ``VLLM_LOGGING_CONFIG_PATH``, for a vLLM imported later or started in another process) and the
 logging configuration of this process (for a vLLM already imported). The file is created at the
@@ -21,7 +23,7 @@ from typing import Any
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "OFF")
 DEFAULT_LEVEL = "INFO"
 LOG_NAME = "engine.log"
-ROUTED = ("vllm", "transformers", "torch")
+ROUTED = ("vllm", "transformers", "torch", "py.warnings")  # py.warnings: Python's warnings
 
 
 class LazyFileHandler(logging.FileHandler):
@@ -85,4 +87,5 @@ def route_engine_logs(out: Path, level: str = DEFAULT_LEVEL) -> Path | None:
     os.environ["VLLM_LOGGING_CONFIG_PATH"] = cfg_path
     os.environ["VLLM_LOGGING_LEVEL"] = "CRITICAL" if level == "OFF" else level
     logging.config.dictConfig(cfg)
+    logging.captureWarnings(True)  # torch's and vLLM's FutureWarnings go to the file too
     return None if level == "OFF" else path

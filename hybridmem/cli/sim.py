@@ -79,7 +79,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="also write OUT/steps.parquet (per-step features and durations)")
     p.add_argument("--out", type=Path, default=None, metavar="DIR",
                    help="output directory (a run); for calibrate: the fit as JSON")
-    p.add_argument("--json", action="store_true", help="calibrate: print the fit as JSON")
+    p.add_argument("--json", action="store_true",
+                   help="print one JSON object on stdout and nothing else there (a run: its "
+                   "summary; calibrate: the fit)")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(func=run)
 
@@ -184,7 +186,12 @@ def run(args: argparse.Namespace) -> int:
     keys = ("org", "budget", "device", "seed", "requests", "completed", "throughput_tok_s",
             "ttft_p50", "ttft_p99", "e2e_p50", "e2e_p99", "preemptions", "prefix_hit_tokens",
             "num_blocks", "steps", "wall_s", "trace_path", "trace_verdict")
-    print(json.dumps({k: s[k] for k in keys}, indent=2))
+    if args.json:
+        print(json.dumps({k: s[k] for k in keys}, indent=2))
+    else:
+        from hybridmem.cli.summary_text import format_summary
+
+        print(format_summary(s, simulated=True))
     print(f"wrote {result.results_path}, {result.summary_path}, {result.manifest_path}",
           file=sys.stderr)
     verdict = s.get("trace_verdict")
