@@ -32,7 +32,7 @@ class LazyFileHandler(logging.FileHandler):
     def __init__(self, filename: str, mode: str = "a") -> None:
         super().__init__(filename, mode=mode, encoding="utf-8", delay=True)
 
-    def _open(self):  # type: ignore[no-untyped-def]
+    def _open(self) -> Any:
         Path(self.baseFilename).parent.mkdir(parents=True, exist_ok=True)
         return super()._open()
 

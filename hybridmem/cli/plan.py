@@ -24,7 +24,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         description=HELP + ".\n\nUnit counts and 'bytes' are per layer; 'whole model' counts a "
         "shared pool (S0/S1/S2) in every layer holding state, D0's attention pool in the "
         "attention layers and its recurrent pool in the Mamba layers.\n\n"
-        + models.__doc__.split("\n\n")[1])  # type: ignore[union-attr]
+        + (models.__doc__ or "").split("\n\n")[1])
     add_model_args(p)
     b = p.add_mutually_exclusive_group(required=True)
     b.add_argument("--budget", metavar="BUDGET",

@@ -56,20 +56,18 @@ def storage_dict(units: Units, xa: int, xr: int, slabs: int | None) -> dict[str,
     a16 = d0_attention_units(units, xa)
     d0_a, d0_r = bytes_d0_pools(units, a16, xr)
     geo = units.geometry
-    out = {
-        "attention": xa, "recurrent": xr, "slabs": m,
-        "attention_layers": geo.n_attention_layers, "mamba_layers": geo.n_mamba_layers,
-        "orgs": {
-            "S0": {"bytes": bytes_s0(units, xa, xr)},
-            "S1": {"bytes": bytes_s1(units, xa, xr)},
-            "S2": {"bytes": bytes_s2(units, xa, xr, m), "slabs": m},
-            "D0": {"bytes": d0_a + d0_r, "attention_units": a16, "attention_bytes": d0_a,
-                   "recurrent_bytes": d0_r},
-        },
+    orgs: dict[str, dict[str, int]] = {
+        "S0": {"bytes": bytes_s0(units, xa, xr)},
+        "S1": {"bytes": bytes_s1(units, xa, xr)},
+        "S2": {"bytes": bytes_s2(units, xa, xr, m), "slabs": m},
+        "D0": {"bytes": d0_a + d0_r, "attention_units": a16, "attention_bytes": d0_a,
+               "recurrent_bytes": d0_r},
     }
-    for org, v in out["orgs"].items():  # type: ignore[union-attr]
+    for org, v in orgs.items():
         v["model_bytes"] = model_bytes(org, units, xa, xr, m if org == "S2" else None)
-    return out
+    return {"attention": xa, "recurrent": xr, "slabs": m,
+            "attention_layers": geo.n_attention_layers, "mamba_layers": geo.n_mamba_layers,
+            "orgs": orgs}
 
 
 def format_storage(units: Units, xa: int, xr: int, slabs: int | None) -> str:
