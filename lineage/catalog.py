@@ -51,7 +51,7 @@ def describe(include_private: bool = False) -> list[View]:
     data = _cached()
     if data is None:
         return _live(include_private)
-    return [(v["name"], v["comment"], [tuple(c) for c in v["columns"]])  # type: ignore[misc]
+    return [(v["name"], v["comment"], [(c[0], c[1], c[2]) for c in v["columns"]])
             for v in data["views"] if include_private or not v["name"].startswith("_")]
 
 
