@@ -8,6 +8,7 @@ split per layer and how whole-model bytes count attention and Mamba layers.
 from __future__ import annotations
 
 import argparse
+import textwrap
 
 from hybridmem.budget import Plan, parse_budget, parse_total, plan_budget
 from hybridmem.cli import models
@@ -21,10 +22,11 @@ ORGS = ("S0", "S1", "S2", "D0")
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "plan", help=HELP, formatter_class=argparse.RawDescriptionHelpFormatter,
-        description=HELP + ".\n\nUnit counts and 'bytes' are per layer; 'whole model' counts a "
-        "shared pool (S0/S1/S2) in every layer holding state, D0's attention pool in the "
-        "attention layers and its recurrent pool in the Mamba layers.\n\n"
-        + (models.__doc__ or "").split("\n\n")[1])
+        description=HELP + ".\n\n" + textwrap.fill(
+            "Unit counts and 'bytes' are per layer; 'whole model' counts a shared pool "
+            "(S0/S1/S2) in every layer holding state, D0's attention pool in the attention "
+            "layers and its recurrent pool in the Mamba layers.", 79)
+        + "\n\nModels:\n" + (models.__doc__ or "").split("\n\n")[1])
     add_model_args(p)
     b = p.add_mutually_exclusive_group(required=True)
     b.add_argument("--budget", metavar="BUDGET",
