@@ -19,12 +19,16 @@ Defaults shared by `run`, `sim` and `continuation` (and `demo`) also live here, 
               cached prefixes are reclaimed), b63 for any other model (the paper's main point)
     --cap     8 running sequences for the tiny model (a CPU), 63 for any other (the paper's)
 
+"The tiny model" is the name `tiny` or a directory `hybridmem model build` wrote (its
+hybridmem.json says so).
+
 `continuation` alone keeps a larger default budget (b1536): a continuation check compares a
 retained checkpoint with recomputation, so no reclaim may remove the checkpoint mid-check.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from hybridmem.errors import HybridMemError
@@ -35,12 +39,23 @@ DEFAULT_ORG = "S2"
 ORG_CHOICES = ("vllm", "S0", "S1", "S2", "D0")  # == hybridmem.sim.orgs.ORGS (a test says so)
 
 
+def is_tiny(model: str) -> bool:
+    """The tiny model by name, or a directory `hybridmem model build` wrote (its hybridmem.json)."""
+    if model == TINY:
+        return True
+    try:
+        meta = json.loads((Path(model) / "hybridmem.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(meta, dict) and meta.get("format") == "hybridmem-model"
+
+
 def default_budget(model: str) -> str:
-    return "b40" if model == TINY else "b63"
+    return "b40" if is_tiny(model) else "b63"
 
 
 def default_cap(model: str) -> int:
-    return 8 if model == TINY else 63
+    return 8 if is_tiny(model) else 63
 
 
 def names() -> tuple[str, ...]:
@@ -65,10 +80,15 @@ def geometry(model: str, ssm_dtype: str | None = None) -> Geometry:
 
 def grid_tokens(model: str) -> int | None:
     """The organization grid a name is served on (``None``: the default, 512 tokens)."""
-    if model == TINY:
-        from hybridmem.engines.tiny_model import TINY_GRID_TOKENS
+    from hybridmem.engines.tiny_model import TINY_GRID_TOKENS, grid_tokens
 
+    if model == TINY:
         return TINY_GRID_TOKENS
+    if Path(model).is_dir():
+        try:
+            return grid_tokens(model)  # what the model declares in hybridmem.json
+        except ValueError as exc:
+            raise HybridMemError(str(exc)) from None
     return None
 
 

@@ -62,3 +62,15 @@ def test_every_name_is_priced_by_plan(capsys):
         assert main(["plan", "--model", name, "--budget", "b63"]) == 0, name
     out = capsys.readouterr().out
     assert "model tiny (parallel): 2 layers" in out and "grid 64 tokens" in out
+
+
+def test_a_built_tiny_directory_gets_the_tiny_defaults(tmp_path):
+    import json
+
+    d = tmp_path / "tiny"
+    d.mkdir()
+    assert models.default_budget(str(d)) == "b63"  # control: a plain directory
+    (d / "hybridmem.json").write_text(json.dumps({"format": "hybridmem-model", "version": 2,
+                                                   "grid_tokens": 64}))
+    assert (models.default_budget(str(d)), models.default_cap(str(d))) == ("b40", 8)
+    assert models.grid_tokens(str(d)) == 64
