@@ -168,3 +168,24 @@ def test_cli_sequential_whole_model(capsys):
     d = json.loads(capsys.readouterr().out)
     assert (d["attention_layers"], d["mamba_layers"], d["state_layers"]) == (4, 24, 28)
     assert d["orgs"]["S1"]["model_bytes"] == d["orgs"]["S1"]["bytes"] * 28
+
+
+def test_other_layouts_the_reader_accepts():
+    from hybridmem.errors import ConfigError
+    from hybridmem.geometry import _layer_counts
+
+    # Zamba2: "hybrid" layers hold a Mamba mixer and the shared attention block
+    assert _layer_counts({"layers_block_type": ["mamba", "hybrid", "mamba", "hybrid"]}, 4) == (
+        2, 4, 4)
+    # Bamba: attn_layer_indices; every other layer is a Mamba layer
+    assert _layer_counts({"attn_layer_indices": [1, 3]}, 6) == (2, 4, 6)
+    # transformers 5 Nemotron-H names; MLP/MoE layers hold no state
+    assert _layer_counts({"layer_types": ["linear_attention", "mlp", "full_attention", "moe"]},
+                         4) == (1, 1, 2)
+    # a layer kind the pattern does not define is refused, never guessed
+    with pytest.raises(ConfigError, match="unknown layer kinds"):
+        _layer_counts({"hybrid_override_pattern": "M*X"}, 3)
+    # no layer list and not Falcon-H1: unknown, counted as parallel (said in `layout`)
+    assert _layer_counts({}, 4) == (None, None, None)
+    geo = replace(PRESETS["falcon-h1-7b"], attention_layers=None, mamba_layers=None)
+    assert geo.n_state_layers == 44 and geo.layout.startswith("assumed parallel")
