@@ -10,7 +10,24 @@ Falcon-H1-7B). Each organization turns the nominal target into whole units of it
 
 Rounding is half-up and all arithmetic is exact (``Fraction``), so the planner never depends on
 binary floating point; ``frac`` is taken at its decimal value (0.527383 for Falcon-H1-7B).
-Whole-model bytes multiply the per-layer figures by the layer count.
+
+Whole model. The plan is one pool per layer; layers differ in what they hold. A shared pool
+(S0/S1/S2) sits in every layer that holds state (``Geometry.n_state_layers``: 44 of Falcon-H1-7B's
+44 layers, 40 of Granite-4.0-H-Micro's 40, 28 of Nemotron-H-8B's 52, whose 24 MLP-only layers hold
+none); D0's attention pool sits in the attention layers and its recurrent pool in the Mamba layers::
+
+    shared  model_bytes = pages x page_bytes x L_state
+    D0      model_bytes = attention_bytes x L_attention + recurrent_bytes x L_mamba
+
+A whole-cache total ``T`` (what vLLM's ``--kv-cache-memory-bytes`` reserves, all layers together)
+is split per layer so that no organization's whole-model bytes exceed it, rounding down:
+
+    shared  per-layer bytes  T / L_state                      -> floor(T / L_state / page) pages
+    D0      per-layer budget B = T / (f L_attention + (1 - f) L_mamba)
+            -> floor(f B / 16a) attention units, floor((1 - f) B / r) recurrent composites
+
+so ``f`` keeps one meaning (D0's per-layer attention share) for labels and totals; for a parallel
+hybrid both splits are ``T / layers``.
 """
 
 from __future__ import annotations
@@ -56,7 +73,17 @@ def parse_size(text: str) -> int:
 @dataclass(frozen=True)
 class Budget:
     label: str  # "b63", or the size as given
-    nominal_bytes: int
+    nominal_bytes: int  # per layer (for a total: its share of one state-holding layer)
+    total_bytes: int | None = None  # a whole-cache total this budget was split from
+
+
+def _too_small(raw: str, nominal: int, units: Units) -> BudgetError:
+    r = units.geometry.composite_bytes
+    hint = f"; did you mean b{raw}?" if raw.isdigit() else ""
+    return BudgetError(
+        f"budget {raw!r} is {nominal:,} B per layer, less than one recurrent state "
+        f"({r:,} B): no organization can hold a checkpoint{hint}"
+    )
 
 
 def parse_budget(text: str, units: Units) -> Budget:
@@ -77,12 +104,22 @@ def parse_budget(text: str, units: Units) -> Budget:
     if raw[:1].lower() == "b":
         raise BudgetError(f"bad budget label {text!r}: expected bN with N a positive integer")
     try:
-        return Budget(raw, parse_size(raw))
+        nominal = parse_size(raw)
     except BudgetError:
         raise BudgetError(
             f"bad budget {text!r}: expected a label bN (e.g. b63), a byte count, or a size "
             "such as 96MiB"
         ) from None
+    if nominal < units.geometry.composite_bytes:  # `--budget 63` is a forgotten `b`
+        raise _too_small(raw, nominal, units)
+    return Budget(raw, nominal)
+
+
+def parse_total(text: str, units: Units) -> Budget:
+    """A whole-cache size (``12GiB``, bytes), all layers together, as :class:`Budget`."""
+    total = parse_size(text)
+    state_layers = units.geometry.n_state_layers
+    return Budget(f"total {str(text).strip()}", total // state_layers, total)
 
 
 def check_fraction(frac: float) -> Fraction:
@@ -141,12 +178,48 @@ class Plan:
     def org(self, name: str) -> SharedPlan | D0Plan | None:
         return {"S0": self.s0, "S1": self.s1, "S2": self.s2, "D0": self.d0}[name]
 
+    def model_bytes(self, name: str) -> int:
+        """Whole-model bytes of one organization (see the module docstring)."""
+        geo = self.units.geometry
+        if name == "D0":
+            if self.d0 is None:
+                raise BudgetError("D0 is not planned: no attention fraction for this model")
+            return (self.d0.attention_bytes * geo.n_attention_layers
+                    + self.d0.recurrent_bytes * geo.n_mamba_layers)
+        return self.org(name).bytes * geo.n_state_layers  # type: ignore[union-attr]
+
+    def empty_units(self) -> list[str]:
+        """What a too-small budget leaves at zero, with the size of one unit."""
+        out = [f"{name} 0 pages (one is {sp.page_bytes:,} B)"
+               for name, sp in (("S0", self.s0), ("S1", self.s1), ("S2", self.s2))
+               if sp.pages == 0]
+        d = self.d0
+        if d is not None:
+            f = d.attention_fraction
+            if d.attention_units == 0:
+                out.append(f"D0 0 attention units (one is {d.attention_unit_bytes:,} B of the "
+                           f"attention share {f})")
+            if d.recurrent_units == 0:
+                out.append(f"D0 0 recurrent composites (one is {d.recurrent_unit_bytes:,} B of "
+                           f"the recurrent share {1 - f:.6g})")
+        return out
+
+    def check_holds(self) -> Plan:
+        """Refuse a plan in which any organization holds nothing of a kind of unit."""
+        empty = self.empty_units()
+        if empty:
+            b = self.budget
+            per = (f"total {b.total_bytes:,} B" if b.total_bytes is not None
+                   else f"{b.nominal_bytes:,} B per layer")
+            raise BudgetError(f"budget {b.label} ({per}) is too small: " + "; ".join(empty))
+        return self
+
     def as_dict(self) -> dict[str, Any]:
-        layers = self.units.geometry.layers
+        geo = self.units.geometry
         orgs: dict[str, Any] = {}
         for name, sp in (("S0", self.s0), ("S1", self.s1), ("S2", self.s2)):
             orgs[name] = {"pages": sp.pages, "page_bytes": sp.page_bytes, "bytes": sp.bytes,
-                          "model_bytes": sp.bytes * layers}
+                          "model_bytes": self.model_bytes(name)}
         if self.d0 is not None:
             d = self.d0
             orgs["D0"] = {
@@ -157,35 +230,71 @@ class Plan:
                 "recurrent_unit_bytes": d.recurrent_unit_bytes,
                 "recurrent_bytes": d.recurrent_bytes,
                 "bytes": d.bytes,
-                "model_bytes": d.bytes * layers,
+                "model_attention_bytes": d.attention_bytes * geo.n_attention_layers,
+                "model_recurrent_bytes": d.recurrent_bytes * geo.n_mamba_layers,
+                "model_bytes": self.model_bytes("D0"),
                 "attention_fraction": d.attention_fraction,
             }
         return {
-            "model": self.units.geometry.model,
+            "model": geo.model,
             "budget": self.budget.label,
             "nominal_bytes": self.budget.nominal_bytes,
-            "layers": layers,
+            "total_bytes": self.budget.total_bytes,
+            "layers": geo.layers,
+            "attention_layers": geo.n_attention_layers,
+            "mamba_layers": geo.n_mamba_layers,
+            "state_layers": geo.n_state_layers,
+            "layout": geo.layout,
             "orgs": orgs,
         }
 
 
+def _fraction(units: Units, attention_fraction: float | None) -> Fraction | None:
+    frac = units.geometry.attention_fraction if attention_fraction is None else attention_fraction
+    return None if frac is None else check_fraction(frac)
+
+
 def plan_budget(units: Units, budget: Budget, attention_fraction: float | None = None) -> Plan:
-    """Integer units of every organization for ``budget`` (per layer)."""
+    """Integer units of every organization for ``budget`` (per layer); a budget split from a
+    whole-cache total is planned by :func:`plan_total`'s rules (rounding down)."""
+    if budget.total_bytes is not None:
+        return plan_total(units, budget, attention_fraction)
     nominal = Fraction(budget.nominal_bytes)
     if nominal <= 0:
         raise BudgetError(f"budget must be positive, got {budget.nominal_bytes} B")
     s0 = SharedPlan(_round_half_up(nominal / units.s0_page_bytes), units.s0_page_bytes)
     s1 = SharedPlan(_round_half_up(nominal / units.page_bytes), units.page_bytes)
-    frac = attention_fraction
-    if frac is None:
-        frac = units.geometry.attention_fraction
+    f = _fraction(units, attention_fraction)
     d0 = None
-    if frac is not None:
-        f = check_fraction(frac)
+    if f is not None:
         d0 = D0Plan(
             attention_units=floor(f * nominal / units.d0_attn_unit_bytes),
             attention_unit_bytes=units.d0_attn_unit_bytes,
             recurrent_units=floor((1 - f) * nominal / units.d0_recurrent_unit_bytes),
+            recurrent_unit_bytes=units.d0_recurrent_unit_bytes,
+            attention_fraction=float(f),
+        )
+    return Plan(units, budget, s0, s1, SharedPlan(s1.pages, s1.page_bytes), d0)
+
+
+def plan_total(units: Units, budget: Budget, attention_fraction: float | None = None) -> Plan:
+    """Per-layer units of every organization whose whole-model bytes fit ``budget.total_bytes``
+    (the split is in the module docstring); every count rounds down."""
+    if budget.total_bytes is None or budget.total_bytes <= 0:
+        raise BudgetError(f"{budget.label}: not a positive whole-cache total")
+    geo = units.geometry
+    total = Fraction(budget.total_bytes)
+    shared = total / geo.n_state_layers
+    s0 = SharedPlan(floor(shared / units.s0_page_bytes), units.s0_page_bytes)
+    s1 = SharedPlan(floor(shared / units.page_bytes), units.page_bytes)
+    f = _fraction(units, attention_fraction)
+    d0 = None
+    if f is not None:
+        per_layer = total / (f * geo.n_attention_layers + (1 - f) * geo.n_mamba_layers)
+        d0 = D0Plan(
+            attention_units=floor(f * per_layer / units.d0_attn_unit_bytes),
+            attention_unit_bytes=units.d0_attn_unit_bytes,
+            recurrent_units=floor((1 - f) * per_layer / units.d0_recurrent_unit_bytes),
             recurrent_unit_bytes=units.d0_recurrent_unit_bytes,
             attention_fraction=float(f),
         )

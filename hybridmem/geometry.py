@@ -8,7 +8,14 @@ Everything downstream (units, storage cost, budgets, allocators) starts from fou
                                          conv_dim = d_ssm + 2 x n_groups x d_state
     r = recurrent composite bytes      = s + c
 
-Falcon-H1-7B in bf16 (SPEC §1): a = 1,024, s = 1,572,864, c = 21,504, r = 1,594,368, 44 layers.
+Falcon-H1-7B in bf16: a = 1,024, s = 1,572,864, c = 21,504, r = 1,594,368, 44 layers.
+
+Which layers hold which state is the other half of a model's accounting. A parallel hybrid
+(Falcon-H1) has an attention and a Mamba mixer in every layer; a sequential hybrid gives each
+layer one mixer (Granite-4.0-H: 4 attention + 36 Mamba of 40; Nemotron-H-8B: 4 attention + 24
+Mamba + 24 MLP-only of 52). Whole-model bytes count attention KV on attention layers and recurrent
+(SSM + conv) state on Mamba layers: :attr:`Geometry.n_attention_layers`,
+:attr:`Geometry.n_mamba_layers`, :attr:`Geometry.n_state_layers` (layers holding any state).
 
 Configs are read as plain dicts (a ``config.json`` or a model directory holding one), so neither
 transformers nor vLLM is needed here. Field names of several Mamba2-style hybrid families are
@@ -24,6 +31,14 @@ from pathlib import Path
 from typing import Any
 
 from hybridmem.errors import ConfigError
+
+# Architecture-only configs shipped with the package (no weights), by model name; SOURCES.md there
+# cites every number. One registry: `plan`, `storage`, `sim` and the engine commands resolve
+# these names here (the engine commands refuse them: there are no weights to serve).
+CONFIG_DIR = Path(__file__).with_name("sim") / "configs"
+SHIPPED: dict[str, Path] = {
+    name: CONFIG_DIR / name for name in ("falcon-h1-7b", "granite-4.0-h-micro", "nemotron-h-8b")
+}
 
 DTYPE_BYTES: dict[str, int] = {
     "float32": 4,
@@ -66,9 +81,10 @@ class Geometry:
     n_groups: int
     d_conv: int
     ssm_dtype: str
-    attention_layers: int | None = None
+    attention_layers: int | None = None  # None: the config does not say (counted as parallel)
     mamba_layers: int | None = None
     attention_fraction: float | None = None
+    state_layers: int | None = None  # layers holding any state; None: derived from the two above
 
     def __post_init__(self) -> None:
         for name in ("layers", "kv_heads", "head_dim", "mamba_heads", "mamba_head_dim",
@@ -85,6 +101,35 @@ class Geometry:
                 f"{self.model}: attention fraction must lie in (0, 1), "
                 f"got {self.attention_fraction}"
             )
+
+    # -- layer counts of the whole model ------------------------------------------------------
+    @property
+    def n_attention_layers(self) -> int:
+        """Layers holding attention KV (every layer when the config does not say)."""
+        return self.layers if self.attention_layers is None else self.attention_layers
+
+    @property
+    def n_mamba_layers(self) -> int:
+        """Layers holding recurrent (SSM + conv) state (every layer when not said)."""
+        return self.layers if self.mamba_layers is None else self.mamba_layers
+
+    @property
+    def n_state_layers(self) -> int:
+        """Layers holding any state: a parallel hybrid's every layer, a sequential hybrid's
+        attention plus Mamba layers (MLP-only layers hold none)."""
+        if self.state_layers is not None:
+            return self.state_layers
+        return min(self.layers, self.n_attention_layers + self.n_mamba_layers)
+
+    @property
+    def layout(self) -> str:
+        """``parallel``, ``sequential`` or ``mixed``, and ``assumed parallel`` when unknown."""
+        if self.attention_layers is None or self.mamba_layers is None:
+            return "assumed parallel (the config names no layer types)"
+        a, m, n = self.attention_layers, self.mamba_layers, self.n_state_layers
+        if a == m == n:
+            return "parallel"
+        return "sequential" if a + m == n else "mixed"
 
     # -- derived per-layer byte counts -------------------------------------------------------
     @property
@@ -124,6 +169,8 @@ class Geometry:
             "layers": self.layers,
             "attention_layers": self.attention_layers,
             "mamba_layers": self.mamba_layers,
+            "state_layers": self.n_state_layers,
+            "layout": self.layout,
             "dtype": self.dtype,
             "ssm_dtype": self.ssm_dtype,
             "attn_bytes_per_token": self.attn_bytes_per_token,
@@ -157,6 +204,12 @@ PRESETS: dict[str, Geometry] = {
         ssm_dtype="bfloat16", attention_layers=4, mamba_layers=36,
         attention_fraction=0.199699,
     ),
+    # Nemotron-H-8B (SOURCES.md): no calibrated D0 fraction, so D0 planning needs one given.
+    "nemotron-h-8b": Geometry(
+        model="nemotron-h-8b", layers=52, kv_heads=8, head_dim=128, dtype="bfloat16",
+        mamba_heads=128, mamba_head_dim=64, d_state=128, n_groups=8, d_conv=4,
+        ssm_dtype="bfloat16", attention_layers=4, mamba_layers=24, state_layers=28,
+    ),
 }
 
 # Accepted config field names, first match wins.
@@ -179,25 +232,46 @@ def _first(cfg: dict[str, Any], field: str) -> Any:
     return None
 
 
-def _is_mamba_layer(kind: str) -> bool:
-    return "mamba" in kind or kind in ("linear_attention", "ssm")
+def _layer_kinds(kind: str) -> tuple[bool, bool]:
+    """(holds attention KV, holds recurrent state) of one entry of a layer-type list."""
+    k = kind.lower()
+    if k == "hybrid":  # Zamba2: a Mamba layer with the shared attention block
+        return True, True
+    # transformers 5 normalises some hybrids' names: Granite-4-H's "mamba" layers read
+    # "linear_attention" and its attention layers "full_attention"
+    mamba = "mamba" in k or k in ("linear_attention", "ssm")
+    return "attention" in k and not mamba, mamba
 
 
-def _layer_counts(cfg: dict[str, Any], layers: int) -> tuple[int | None, int | None]:
-    """(attention layers, mamba layers) where the config says which layer is which."""
+# hybrid_override_pattern (Nemotron-H): M Mamba2, * attention, - MLP, E MoE (the last two hold
+# no state)
+_PATTERN_KINDS = {"M": (False, True), "*": (True, False), "-": (False, False),
+                  "E": (False, False)}
+
+
+def _layer_counts(cfg: dict[str, Any], layers: int, name: str = "config"
+                  ) -> tuple[int | None, int | None, int | None]:
+    """(attention, Mamba, any-state) layer counts where the config says which layer is which."""
+    kinds: list[tuple[bool, bool]] | None = None
     types = cfg.get("layer_types") or cfg.get("layers_block_type")
-    if isinstance(types, list) and types:
-        # transformers 5 normalises some hybrids' names: Granite-4-H's "mamba" layers read
-        # "linear_attention" and its attention layers "full_attention"
-        mamba = sum(1 for t in types if _is_mamba_layer(str(t)))
-        attn = sum(1 for t in types if "attention" in str(t) and not _is_mamba_layer(str(t)))
-        return attn, mamba
     pattern = cfg.get("hybrid_override_pattern")
-    if isinstance(pattern, str) and pattern:
-        return pattern.count("*"), pattern.count("M")
-    if cfg.get("model_type") == "falcon_h1":  # parallel hybrid: every layer has both mixers
-        return layers, layers
-    return None, None
+    if isinstance(types, list) and types:
+        kinds = [_layer_kinds(str(t)) for t in types]
+    elif isinstance(pattern, str) and pattern:
+        bad = sorted(set(pattern) - set(_PATTERN_KINDS))
+        if bad:
+            raise ConfigError(f"{name}: hybrid_override_pattern has unknown layer kinds {bad} "
+                              f"(known: {''.join(_PATTERN_KINDS)})")
+        kinds = [_PATTERN_KINDS[c] for c in pattern]
+    elif isinstance(cfg.get("attn_layer_indices"), list):  # Bamba: the rest are Mamba layers
+        attn = {int(i) for i in cfg["attn_layer_indices"]}
+        kinds = [(i in attn, i not in attn) for i in range(int(layers))]
+    elif cfg.get("model_type") == "falcon_h1":  # parallel hybrid: every layer has both mixers
+        return layers, layers, layers
+    if kinds is None:
+        return None, None, None
+    return (sum(a for a, _ in kinds), sum(m for _, m in kinds),
+            sum(a or m for a, m in kinds))
 
 
 # Integer fields a config may give; each, when present, must be a whole number in
@@ -289,7 +363,7 @@ def geometry_from_config(
     if ssm_dtype is None and isinstance(cache_dtype, str) and cache_dtype != "auto":
         dtype_bytes(cache_dtype)
         ssm_dtype = cache_dtype.removeprefix("torch.")  # the SSM state's own dtype
-    attn_layers, mamba_layers = _layer_counts(cfg, layers)
+    attn_layers, mamba_layers, state_layers = _layer_counts(cfg, int(layers), name)
     for kind, count in (("attention", attn_layers), ("mamba", mamba_layers)):
         if count == 0:
             raise ConfigError(f"{name}: no {kind} layers (layer pattern of "
@@ -299,6 +373,7 @@ def geometry_from_config(
         dtype=dtype, mamba_heads=int(heads), mamba_head_dim=int(head_dim_m),
         d_state=int(d_state), n_groups=int(n_groups), d_conv=int(d_conv),
         ssm_dtype=ssm_dtype or dtype, attention_layers=attn_layers, mamba_layers=mamba_layers,
+        state_layers=state_layers,
     )
 
 

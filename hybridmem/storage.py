@@ -11,6 +11,10 @@ For ``xA`` 512-token attention objects, ``xR`` recurrent checkpoints and ``m`` S
 D0 is feasible only if each pool holds its own demand (``16 xA16 <= M_A`` and ``1557 xR <= M_R``).
 Ideal capacities: eq. (D2) for D0, eq. (A8) for the shared pools with ideal slabs
 ``m = ceil(z aR / 16)``.
+
+All of these are per layer. :func:`model_bytes` gives the whole model: an attention object's bytes
+on every attention layer, a checkpoint's (and S2's slabs) on every Mamba layer, so a sequential
+hybrid (Granite-4.0-H, Nemotron-H) is not priced as if every layer held both.
 """
 
 from __future__ import annotations
@@ -121,6 +125,21 @@ def shared_bytes(org: str, units: Units, attention: int, recurrent: int) -> int:
     if org == "S2":
         return bytes_s2(units, attention, recurrent)
     raise HybridMemError(f"unknown shared organization {org!r}; expected one of {SHARED_ORGS}")
+
+
+def model_bytes(org: str, units: Units, attention: int, recurrent: int,
+                slabs: int | None = None) -> int:
+    """Whole-model bytes of ``attention`` objects and ``recurrent`` checkpoints under ``org``."""
+    geo = units.geometry
+    if org == "D0":
+        a, r = bytes_d0_pools(units, d0_attention_units(units, attention), recurrent)
+    elif org == "S2":
+        a = bytes_s2(units, attention, 0, 0)
+        r = bytes_s2(units, 0, recurrent, slabs)
+    else:
+        a = shared_bytes(org, units, attention, 0)
+        r = shared_bytes(org, units, 0, recurrent)
+    return a * geo.n_attention_layers + r * geo.n_mamba_layers
 
 
 def capacity_shared(org: str, units: Units, budget: int, mix: tuple[int, int]) -> int:

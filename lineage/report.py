@@ -146,6 +146,16 @@ def _f(x: float | None, nd: int = 2) -> str:
     return "-" if x is None else f"{x:,.{nd}f}"
 
 
+# printed under every text report, so its words need no other page
+GLOSSARY = (
+    "  glossary: J = joint reuse depth in tokens (attention state and a complete checkpoint",
+    "    both valid); J_enter when the request began waiting, J_adopt what the scheduler adopted.",
+    "    R_max = deepest complete checkpoint, A_max = deepest boundary the valid attention prefix",
+    "    covers, at the lookup: M0 = before the lookup's step, M1 = M0 plus other requests'",
+    "    publications in that step, exact = at the lookup's place in trace order.",
+)
+
+
 def format_text(rep: RunReport) -> str:
     s, m = rep.summary, rep.run.meta
     out = [f"run {rep.run.path}: {m.organization}, grid {m.attention_grid_tokens}/"
@@ -189,6 +199,7 @@ def format_text(rep: RunReport) -> str:
     for d in a.disagreements:
         out.append(f"    {d[0]} #{d[1]} {d[2]}: sql {d[3]!r} replay {d[4]!r}")
     out.append(f"  time: SQL {rep.sql_seconds:.2f} s, replay {rep.replay_seconds:.2f} s")
+    out.extend(GLOSSARY)
     return "\n".join(out)
 
 

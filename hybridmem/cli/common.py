@@ -7,15 +7,13 @@ import json
 import math
 from typing import Any
 
-from hybridmem.geometry import PRESETS, Geometry, load_geometry
+from hybridmem.cli import models
+from hybridmem.geometry import Geometry
 from hybridmem.units import Units, derive_units
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--model", required=True, metavar="MODEL",
-        help=f"preset ({', '.join(sorted(PRESETS))}), a config.json, or a model directory",
-    )
+    p.add_argument("--model", required=True, metavar="MODEL", help=models.help_text())
     p.add_argument(
         "--ssm-dtype", default=None, metavar="DTYPE",
         help="dtype of the SSM state if it differs from the model dtype (e.g. float32)",
@@ -23,8 +21,9 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
 
 
 def model_units(args: argparse.Namespace) -> tuple[Geometry, Units]:
-    geo = load_geometry(args.model, ssm_dtype=args.ssm_dtype)
-    return geo, derive_units(geo)
+    geo = models.geometry(args.model, ssm_dtype=args.ssm_dtype)
+    grid = models.grid_tokens(args.model)
+    return geo, derive_units(geo) if grid is None else derive_units(geo, grid)
 
 
 def print_json(obj: Any) -> None:

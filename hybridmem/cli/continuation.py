@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 from pathlib import Path
 
+from hybridmem.cli import engine_log, models
 from hybridmem.errors import HybridMemError
 
 HELP = ("continuation checks (App. D.5): retained-checkpoint continuation vs recomputation, "
@@ -18,9 +18,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("continuation", help=HELP, description=HELP)
     p.add_argument("--model", default="tiny", metavar="M",
                    help="'tiny' (the embedded model, built if missing) or a model directory")
-    p.add_argument("--org", default="vllm", metavar="X",
-                   help="vllm (vLLM's own manager, default) or S0, S1, S2, D0 (the organization "
-                   "serves inside vLLM's scheduler, built as `hybridmem run --org X` builds it)")
+    p.add_argument("--org", default=models.DEFAULT_ORG, metavar="X",
+                   help="S0, S1, S2, D0 (the organization serves inside vLLM's scheduler, built as "
+                   "`hybridmem run --org X` builds it; default %(default)s, as `run` and `sim`) "
+                   "or vllm (vLLM's own manager)")
     p.add_argument("--dtype", default="float32", metavar="DTYPE",
                    help="model and recurrent-state dtype: float32 (default) or bfloat16")
     p.add_argument("--cases", type=int, default=64, metavar="N", help="cases (default 64)")
@@ -41,10 +42,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", type=Path, required=True, metavar="DIR", help="output directory")
     p.add_argument("--json", action="store_true", help="print report.json to stdout")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    engine_log.add_argument(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    models.served(args.model, "hybridmem continuation")
     from continuation_checks.check import CheckConfig, run_check
 
     if args.attention_fraction is not None and not math.isfinite(args.attention_fraction):
@@ -55,9 +58,9 @@ def run(args: argparse.Namespace) -> int:
                       progress=not args.quiet, budget=args.budget,
                       attention_fraction=args.attention_fraction)
     cfg.check()
-    # vLLM's own handlers log to stdout; leave its records to Python's default (warnings on
-    # stderr) so stdout carries only this command's output (--json stays parseable)
-    os.environ.setdefault("VLLM_CONFIGURE_LOGGING", "0")
+    # vLLM's own handlers would log to stdout: its records go to OUT/engine.log instead, so
+    # stdout carries only this command's output (--json stays parseable)
+    log = engine_log.route_engine_logs(args.out, args.engine_log_level)
     try:
         import vllm  # noqa: F401
     except ImportError as exc:
@@ -77,4 +80,6 @@ def run(args: argparse.Namespace) -> int:
             print(f"  wrote {args.out}/report.json (no case classified)")
         else:
             print(f"  wrote {args.out}/report.json, cases.parquet, continuation.png")
+        if log is not None:
+            print(f"  vLLM's log: {log}")
     return int(report["exit_code"])

@@ -16,16 +16,16 @@ Every figure printed is measured by this command.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 from pathlib import Path
 from typing import Any
 
 from hybridmem.budget import parse_budget, plan_budget
+from hybridmem.cli import engine_log
 from hybridmem.cli.common import MAX_REQUESTS, count, real
 from hybridmem.cli.common import out_path as path_arg
 from hybridmem.cli.common import seed as seed_arg
 from hybridmem.cli.plan import format_plans
+from hybridmem.cli.summary_text import format_summary
 from hybridmem.errors import HybridMemError
 from hybridmem.geometry import load_geometry
 from hybridmem.units import derive_units
@@ -53,6 +53,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="budget of the side-by-side runs (b20: 55 pages under S1/S2, 21 under S0)")
     p.add_argument("--seed", type=seed_arg(), default=1, metavar="S")
     p.add_argument("--plan-only", action="store_true", help="print the budget plans and stop")
+    engine_log.add_argument(p)
     p.set_defaults(func=run)
 
 
@@ -84,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
     print(format_plans(plans))
     if args.plan_only:
         return 0
-    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")  # vLLM's INFO lines drown the report
+    log = engine_log.route_engine_logs(Path(args.out), args.engine_log_level)
     try:
         from hybridmem.engines.vllm_run import RunConfig, run_serving
     except ImportError as exc:
@@ -112,10 +113,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"trace {s['trace_path']}: {verdict.get('reason')} "
           f"(records {verdict.get('records')}, gaps {verdict.get('gaps')}, "
           f"dropped {verdict.get('dropped')}, write errors {verdict.get('write_errors')})")
-    keys = ("organization", "budget_bytes", "completed", "requests", "throughput_tok_s",
-            "throughput_ledger_tok_s", "ttft_p50", "ttft_p99", "e2e_p50", "e2e_p99",
-            "preemptions", "prefix_hit_tokens")
-    print(json.dumps({k: s[k] for k in keys}, indent=2))
+    print(format_summary(s))
     st = s.get("state_storage") or {}
     print(f"state storage: {st.get('arena')} arena, {st.get('members')} SSM member pages of "
           f"{st.get('page_bytes')} B, conv {st.get('conv')} ({st.get('slots_per_slab')} per slab)")
@@ -140,4 +138,6 @@ def run(args: argparse.Namespace) -> int:
         accepted = accepted and ok
         written.append(png)
     print("\nwrote " + ", ".join(str(w) for w in written))
+    if log is not None:
+        print(f"vLLM's log: {log} (--engine-log-level {args.engine_log_level})")
     return 0 if accepted else 1

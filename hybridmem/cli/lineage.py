@@ -80,14 +80,14 @@ def _progress(msg: str) -> None:
 
 
 def _views(args: argparse.Namespace) -> int:
-    from lineage.views import describe_views
+    from lineage.catalog import describe  # no DuckDB while the catalog file is fresh
 
     if args.args[1:]:
         raise HybridMemError(f"'views' takes no paths, got {args.args[1:]}")
-    for v in describe_views(include_private=args.private):
-        print(f"{v.name}: {v.comment}")
-        for c in v.columns:
-            print(f"  {c.name:<34} {c.type:<10} {c.comment}")
+    for name, comment, columns in describe(include_private=args.private):
+        print(f"{name}: {comment}")
+        for col, kind, col_comment in columns:
+            print(f"  {col:<34} {kind:<10} {col_comment}")
     return 0
 
 

@@ -8,14 +8,19 @@ import math
 import sys
 from pathlib import Path
 
+from hybridmem.cli import engine_log, models
 from hybridmem.cli.common import MAX_CAP, MAX_KV_BLOCKS, MAX_MODEL_LEN, MAX_REQUESTS, count, real
 from hybridmem.cli.common import out_path as path_arg
 from hybridmem.cli.common import seed as seed_arg
+from hybridmem.cli.summary_text import format_summary
 from hybridmem.errors import HybridMemError
-from hybridmem.vllm_plugin.faults import FAULTS
 
-DEFAULT_ORG = "S2"  # the organization-backed path; --org vllm keeps vLLM's own manager
-DEFAULT_BUDGET = "b40"  # tiny model v2: 110 pages of 64 tokens under S1/S2; forces reclaim
+# the names of hybridmem.vllm_plugin.faults.FAULTS, spelled here so `--help` does not import the
+# plugin (and torch with it); a test keeps the two equal
+FAULT_NAMES = ("stale-checkpoint", "skip-invalidate", "swap-members")
+
+DEFAULT_ORG = models.DEFAULT_ORG  # the organization-backed path; --org vllm: vLLM's own manager
+DEFAULT_BUDGET = models.default_budget(models.TINY)  # b40: 110 pages of 64 tokens; forces reclaim
 
 HELP = ("serve a Poisson workload on vLLM (in-process, or through `vllm serve` over HTTP with "
         "--server) and write results.parquet + summary.json")
@@ -24,7 +29,8 @@ HELP = ("serve a Poisson workload on vLLM (in-process, or through `vllm serve` o
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", help=HELP, description=HELP)
     p.add_argument("--model", default="tiny", metavar="M",
-                   help="'tiny' (the embedded model, built if missing) or a model directory")
+                   help="'tiny' (the embedded model, built if missing) or a model directory "
+                   "with weights (the shipped architecture-only names are for plan and sim)")
     p.add_argument("--requests", type=count(1, MAX_REQUESTS), default=20, metavar="N",
                    help=f"requests (default 20, at most {MAX_REQUESTS:,})")
     p.add_argument("--rate", type=real(0, 1e6, lo_open=True), default=3.0, metavar="R",
@@ -33,8 +39,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="shared-prefix fraction q of each prompt, in [0, 1] (default 0.5)")
     p.add_argument("--seed", type=seed_arg(), default=0, metavar="S",
                    help="workload and engine seed, in [0, 2**32 - 1]")
-    p.add_argument("--cap", type=count(1, MAX_CAP), default=8, metavar="C",
-                   help="running-sequence cap (vLLM max_num_seqs, default 8)")
+    p.add_argument("--cap", type=count(1, MAX_CAP), default=None, metavar="C",
+                   help="running-sequence cap (vLLM max_num_seqs; default 8 for the tiny model, "
+                   "63 for others)")
     p.add_argument("--isolate", action="store_true",
                    help="per-request cache_salt: no cross-request prefix reuse")
     g = p.add_mutually_exclusive_group()
@@ -63,14 +70,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    metavar="S",
                    help="with --server: seconds one request may take, stream included "
                    "(default 600); a request past it counts as failed")
-    o = p.add_argument_group("memory organization (issue 11)")
+    o = p.add_argument_group("memory organization")
     o.add_argument("--org", default=DEFAULT_ORG, metavar="ORG",
                    help="S0, S1, S2 or D0: the organization serves every KV-cache decision "
                    "inside vLLM's scheduler; vllm: vLLM's own manager with tracing hooks "
                    "(default %(default)s)")
     o.add_argument("--budget", default=None, metavar="B",
                    help="per-layer budget as in `hybridmem plan`: label bN, bytes or a size "
-                   f"(org mode; default {DEFAULT_BUDGET})")
+                   f"(org mode; default {DEFAULT_BUDGET} for the tiny model, b63 for others)")
     o.add_argument("--headroom", type=real(0, 1, hi_open=True), default=0.0, metavar="F",
                    help="admission headroom f in [0, 1): admit only if need + floor(f B) <= "
                    "available (default 0)")
@@ -82,7 +89,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     o.add_argument("--retention", action="store_true",
                    help="producer-side retention of checkpoints with demand >= 2")
     o.add_argument("--fault", default=None, metavar="NAME",
-                   help="inject a fault: " + ", ".join(FAULTS))
+                   help="inject a fault: " + ", ".join(FAULT_NAMES))
     o.add_argument("--check-invariants", action="store_true",
                    help="run the App. D.2 invariant checkers after every scheduler step; a "
                    "violation stops the run (exit 1) naming invariant, unit and entry")
@@ -94,14 +101,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    "Mamba forward (outputs must not change: the state lives at the "
                    "organization's addresses)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--json", action="store_true",
+                   help="print the summary as one JSON object on stdout, nothing else there")
+    engine_log.add_argument(p)
     p.set_defaults(func=run)
 
 
 def check_paths(args: argparse.Namespace) -> None:
     """Model and output paths, checked before any engine module is imported."""
-    if args.model != "tiny" and not (Path(args.model) / "config.json").is_file():
-        raise HybridMemError(f"model {args.model!r}: no config.json there "
-                             "(use 'tiny' or a model directory)")
+    models.served(args.model, "hybridmem run")
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise HybridMemError(f"--out {args.out!r} exists and is not a directory")
@@ -144,7 +152,9 @@ def run(args: argparse.Namespace) -> int:
     org = args.org
     budget = args.budget
     if org != "vllm" and budget is None:
-        budget = DEFAULT_BUDGET
+        budget = models.default_budget(args.model)
+    if args.cap is None:
+        args.cap = models.default_cap(args.model)
     cfg = RunConfig(
         model=args.model, requests=args.requests, rate=args.rate, share=args.share,
         seed=args.seed, cap=args.cap, isolate=args.isolate, trace_dir=trace_dir, out=args.out,
@@ -168,6 +178,9 @@ def run(args: argparse.Namespace) -> int:
                 raise ValueError(f"--{name.replace('_', '-')} must be > 0 s, got {value}")
     except ValueError as exc:
         raise HybridMemError(str(exc)) from None
+    log = None
+    if not args.server:  # the server's own output goes to OUT/server.log
+        log = engine_log.route_engine_logs(args.out, args.engine_log_level)
     if args.server:
         result = run_serving_http(cfg, progress=not args.quiet,
                                   start_timeout=args.server_timeout,
@@ -180,10 +193,17 @@ def run(args: argparse.Namespace) -> int:
             "invariant_checks", "requests", "completed", "throughput_tok_s",
             "throughput_ledger_tok_s", "ttft_p50", "ttft_p99", "e2e_p50", "e2e_p99",
             "preemptions", "prefix_hit_tokens", "trace_path", "trace_verdict")
-    print(json.dumps({k: s.get(k) for k in keys}, indent=2))
-    print(f"wrote {result.results_path}, {result.summary_path}, {result.manifest_path}")
+    if args.json:
+        print(json.dumps({k: s.get(k) for k in keys}, indent=2))
+    else:
+        print(format_summary(s))
+    notes = sys.stderr if args.json else sys.stdout
+    print(f"wrote {result.results_path}, {result.summary_path}, {result.manifest_path}",
+          file=notes)
+    if log is not None:
+        print(f"vLLM's log: {log} (--engine-log-level {args.engine_log_level})", file=notes)
     if args.server:
-        print(f"server log: {s['server_log']} (exit code {s['server_exit_code']})")
+        print(f"server log: {s['server_log']} (exit code {s['server_exit_code']})", file=notes)
     if str(s.get("invariant_checks", "")).startswith("violated"):
         print(f"hybridmem run: invariant {s['invariant_checks']}", file=sys.stderr)
         return 1

@@ -18,6 +18,7 @@ import os
 import sys
 from pathlib import Path
 
+from hybridmem.cli import models
 from hybridmem.errors import HybridMemError
 
 HELP = ("simulate a serving run: vLLM's real scheduler, the organizations, a GPU cost model "
@@ -25,9 +26,8 @@ HELP = ("simulate a serving run: vLLM's real scheduler, the organizations, a GPU
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
+    from hybridmem.geometry import SHIPPED
     from hybridmem.sim.devices import DEVICES
-    from hybridmem.sim.model_shape import SHIPPED
-    from hybridmem.sim.orgs import ORGS
 
     p = sub.add_parser("sim", help=HELP, description=HELP + ".\n\n" + __doc__.split("\n\n")[1],
                        formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -38,18 +38,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    "(default falcon-h1-7b)")
     p.add_argument("--device", default="a100-40gb", choices=sorted(DEVICES),
                    help="GPU preset of the cost model (default a100-40gb, the paper's)")
-    p.add_argument("--org", default="vllm", choices=ORGS,
-                   help="memory organization ('vllm': vLLM's own KV-cache manager; default)")
-    p.add_argument("--budget", default="b63", metavar="B",
-                   help="per-layer budget: label bN, bytes, or a size like 96MiB (default b63)")
+    p.add_argument("--org", default=models.DEFAULT_ORG, choices=models.ORG_CHOICES,
+                   help="memory organization ('vllm': vLLM's own KV-cache manager; default "
+                   "%(default)s, as `run` and `continuation`)")
+    p.add_argument("--budget", default=None, metavar="B",
+                   help="per-layer budget: label bN, bytes, or a size like 96MiB (default b63, "
+                   "the paper's main point)")
     p.add_argument("--requests", type=int, default=300, metavar="N", help="requests (300)")
     p.add_argument("--rate", type=float, default=3.0, metavar="R",
                    help="Poisson arrival rate, requests/s (default 3)")
     p.add_argument("--share", type=float, default=0.5, metavar="Q",
                    help="shared-prefix fraction q in [0, 1] (default 0.5)")
     p.add_argument("--seed", type=int, default=0, metavar="S", help="workload seed (default 0)")
-    p.add_argument("--cap", type=int, default=63, metavar="C",
-                   help="running-sequence cap, vLLM max_num_seqs (default 63)")
+    p.add_argument("--cap", type=int, default=None, metavar="C",
+                   help="running-sequence cap, vLLM max_num_seqs (default 63, the paper's)")
     p.add_argument("--headroom", type=float, default=0.0, metavar="F",
                    help="admission headroom fraction f in [0, 1) (organizations only)")
     p.add_argument("--pin-k", type=int, default=None, choices=(1, 2, 3),
@@ -77,7 +79,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="also write OUT/steps.parquet (per-step features and durations)")
     p.add_argument("--out", type=Path, default=None, metavar="DIR",
                    help="output directory (a run); for calibrate: the fit as JSON")
-    p.add_argument("--json", action="store_true", help="calibrate: print the fit as JSON")
+    p.add_argument("--json", action="store_true",
+                   help="print one JSON object on stdout and nothing else there (a run: its "
+                   "summary; calibrate: the fit)")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(func=run)
 
@@ -102,6 +106,11 @@ def parse_costs(items: list[str]) -> dict[str, float]:
 def _config(args: argparse.Namespace) -> object:
     from hybridmem.sim.run import SimConfig, check_budget
 
+    models.simulated(args.model)
+    if args.budget is None:
+        args.budget = models.default_budget(args.model)
+    if args.cap is None:
+        args.cap = models.default_cap(args.model)
     if args.out is None:
         raise HybridMemError("--out DIR is required")
     if args.out.exists() and not args.out.is_dir():
@@ -177,7 +186,12 @@ def run(args: argparse.Namespace) -> int:
     keys = ("org", "budget", "device", "seed", "requests", "completed", "throughput_tok_s",
             "ttft_p50", "ttft_p99", "e2e_p50", "e2e_p99", "preemptions", "prefix_hit_tokens",
             "num_blocks", "block_tokens", "steps", "wall_s", "trace_path", "trace_verdict")
-    print(json.dumps({k: s[k] for k in keys}, indent=2))
+    if args.json:
+        print(json.dumps({k: s[k] for k in keys}, indent=2))
+    else:
+        from hybridmem.cli.summary_text import format_summary
+
+        print(format_summary(s, simulated=True))
     print(f"wrote {result.results_path}, {result.summary_path}, {result.manifest_path}",
           file=sys.stderr)
     verdict = s.get("trace_verdict")

@@ -19,6 +19,7 @@ from hybridmem.storage import (
     capacity_shared,
     d0_attention_units,
     ideal_slabs,
+    model_bytes,
 )
 from hybridmem.units import Units
 
@@ -30,8 +31,9 @@ HELP = "storage of a state mix under each organization, or ideal capacity of a b
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "storage", help=HELP,
-        description=HELP + " (per layer). Give --attention/--recurrent for bytes, or "
-        "--capacity/--mix for eq. (A8)/(D2) capacities.",
+        description=HELP + ". Give --attention/--recurrent for bytes (per layer, and for the "
+        "whole model: attention objects on every attention layer, checkpoints on every Mamba "
+        "layer), or --capacity/--mix for eq. (A8)/(D2) capacities of a per-layer budget.",
     )
     add_model_args(p)
     p.add_argument("--attention", type=count(0, MAX_OBJECTS), metavar="XA",
@@ -53,16 +55,19 @@ def storage_dict(units: Units, xa: int, xr: int, slabs: int | None) -> dict[str,
     m = ideal_slabs(units, xr) if slabs is None else slabs
     a16 = d0_attention_units(units, xa)
     d0_a, d0_r = bytes_d0_pools(units, a16, xr)
-    return {
-        "attention": xa, "recurrent": xr, "slabs": m,
-        "orgs": {
-            "S0": {"bytes": bytes_s0(units, xa, xr)},
-            "S1": {"bytes": bytes_s1(units, xa, xr)},
-            "S2": {"bytes": bytes_s2(units, xa, xr, m), "slabs": m},
-            "D0": {"bytes": d0_a + d0_r, "attention_units": a16, "attention_bytes": d0_a,
-                   "recurrent_bytes": d0_r},
-        },
+    geo = units.geometry
+    orgs: dict[str, dict[str, int]] = {
+        "S0": {"bytes": bytes_s0(units, xa, xr)},
+        "S1": {"bytes": bytes_s1(units, xa, xr)},
+        "S2": {"bytes": bytes_s2(units, xa, xr, m), "slabs": m},
+        "D0": {"bytes": d0_a + d0_r, "attention_units": a16, "attention_bytes": d0_a,
+               "recurrent_bytes": d0_r},
     }
+    for org, v in orgs.items():
+        v["model_bytes"] = model_bytes(org, units, xa, xr, m if org == "S2" else None)
+    return {"attention": xa, "recurrent": xr, "slabs": m,
+            "attention_layers": geo.n_attention_layers, "mamba_layers": geo.n_mamba_layers,
+            "orgs": orgs}
 
 
 def format_storage(units: Units, xa: int, xr: int, slabs: int | None) -> str:
@@ -133,6 +138,12 @@ def run(args: argparse.Namespace) -> int:
         print_json(storage_dict(units, args.attention, args.recurrent, args.slabs))
     else:
         d = storage_dict(units, args.attention, args.recurrent, args.slabs)
+        print(f"{'org':<4}{'per layer':>31}  {'whole model':>16}")
         for org, v in d["orgs"].items():
-            print(f"{org}  {v['bytes']:>14,} B  {v['bytes'] / 2**20:12.6f} MiB")
+            print(f"{org:<4}{v['bytes']:>14,} B {v['bytes'] / 2**20:>10.6f} MiB  "
+                  f"{v['model_bytes'] / 2**20:>12.2f} MiB")
+        geo = units.geometry
+        print(f"whole model: attention objects x {geo.n_attention_layers} attention layers, "
+              f"checkpoints (and S2 slabs) x {geo.n_mamba_layers} Mamba layers "
+              f"({geo.model}, {geo.layout})")
     return 0

@@ -23,10 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from hybridmem.errors import ConfigError
-from hybridmem.geometry import PRESETS, Geometry, dtype_bytes, geometry_from_config
-
-CONFIG_DIR = Path(__file__).with_name("configs")
-SHIPPED = {name: CONFIG_DIR / name for name in ("falcon-h1-7b", "granite-4.0-h-micro")}
+from hybridmem.geometry import PRESETS, SHIPPED, Geometry, dtype_bytes, geometry_from_config
 
 
 @dataclass(frozen=True)
@@ -108,7 +105,7 @@ def shape_from_config(cfg: dict[str, Any], config_dir: Path, name: str) -> Model
 
 
 def load_shape(model: str) -> ModelShape:
-    """A preset (``falcon-h1-7b``, ``granite-4.0-h-micro``), a config.json, or a directory."""
+    """A shipped name (:data:`hybridmem.geometry.SHIPPED`), a config.json, or a directory."""
     if model in SHIPPED:
         config_dir, name = SHIPPED[model], model
     else:

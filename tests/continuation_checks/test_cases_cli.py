@@ -57,8 +57,10 @@ def test_cases_file_round_trip_and_errors(tmp_path: Path):
 
 @pytest.mark.parametrize(("args", "needle"), [
     (["--org", "Q9"], "--org 'Q9': not one of"),
-    (["--budget", "b40"], "--budget needs an organization (--org S0|S1|S2|D0), not --org vllm"),
-    (["--attention-fraction", "0.5"], "--attention-fraction needs an organization"),
+    (["--org", "vllm", "--budget", "b40"],
+     "--budget needs an organization (--org S0|S1|S2|D0), not --org vllm"),
+    (["--org", "vllm", "--attention-fraction", "0.5"],
+     "--attention-fraction needs an organization"),
     (["--org", "S2", "--budget", "bx"], "bad budget 'bx'"),
     (["--org", "D0", "--attention-fraction", "1.5"], "attention fraction must lie in (0, 1)"),
     (["--org", "D0", "--attention-fraction", "nan"], "--attention-fraction must be finite"),
@@ -67,7 +69,8 @@ def test_cases_file_round_trip_and_errors(tmp_path: Path):
     (["--cases", "100000"], "--cases 100000: must lie in"),
     (["--seed", "-1"], "--seed -1: must be >= 0"),
     (["--max-tokens", "0"], "--max-tokens 0: must lie in [1, 256]"),
-    (["--fault", "swap-members"], "--fault swap-members: an organization's fault"),
+    (["--org", "vllm", "--fault", "swap-members"], "--fault swap-members: an organization's "
+     "fault"),
     (["--org", "S2", "--fault", "stale"], "--fault 'stale': not one of corrupt-checkpoint, "
      "stale-checkpoint, swap-members, skip-invalidate"),
     (["--fault", "bogus"], "--fault 'bogus': not one of"),

@@ -32,7 +32,8 @@ def faulted_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, Path]:
 
     model = build_tiny_model(tmp_path_factory.mktemp("models") / "tiny").path
     out = tmp_path_factory.mktemp("cc")
-    code = main(["continuation", "--model", str(model), "--cases", "4", "--max-tokens", "4",
+    code = main(["continuation", "--model", str(model), "--org", "vllm", "--cases", "4",
+                 "--max-tokens", "4",
                  "--fault", "corrupt-checkpoint", "--out", str(out), "--quiet", "--json"])
     return code, out
 

@@ -105,5 +105,5 @@ def test_transformers_normalised_layer_types_count_as_mamba_and_attention():
     from hybridmem.geometry import _layer_counts
 
     types = ["linear_attention"] * 9 + ["full_attention"]
-    assert _layer_counts({"layer_types": types}, 10) == (1, 9)
-    assert _layer_counts({"layer_types": ["mamba"] * 3 + ["attention"]}, 4) == (1, 3)
+    assert _layer_counts({"layer_types": types}, 10) == (1, 9, 10)
+    assert _layer_counts({"layer_types": ["mamba"] * 3 + ["attention"]}, 4) == (1, 3, 4)

@@ -25,7 +25,8 @@ def test_shipped_config_gives_the_preset_geometry(name: str) -> None:
                 "attention_layers", "mamba_layers"):
         assert got[key] == want[key], key
     # negative control: one changed width changes the geometry
-    cfg["mamba_d_state"] = cfg["mamba_d_state"] // 2
+    key = "mamba_d_state" if "mamba_d_state" in cfg else "ssm_state_size"
+    cfg[key] = cfg[key] // 2
     assert geometry_from_config(cfg, name=name).ssm_bytes != want["ssm_bytes"]
 
 

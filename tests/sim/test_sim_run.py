@@ -117,7 +117,8 @@ def test_cli_rejects_bad_input_in_one_line(tmp_path: Path, capsys: pytest.Captur
 def test_cli_run_and_calibrate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "run"
     assert main(["sim", "--org", "S1", "--budget", "b12", "--requests", "12", "--cap", "8",
-                 "--max-model-len", "2048", "--step-log", "--quiet", "--out", str(out)]) == 0
+                 "--max-model-len", "2048", "--step-log", "--quiet", "--json",
+                 "--out", str(out)]) == 0
     printed = json.loads(capsys.readouterr().out)
     assert printed["completed"] == 12 and printed["trace_verdict"]["accepted"]
     fit_path = tmp_path / "fit.json"
