@@ -1,14 +1,14 @@
 """S0/S1/S2/D0 serve real requests inside vLLM's scheduler (issue 11): tokens, traces, faults.
 
-Every run is the same shared-prefix workload (12 requests arriving together, prompts up to
-~900 tokens on a 1,024 model limit, share 0.8) at a small budget, on each organization's own
-grid (S0-S2 the model's, 64 tokens for the tiny model v2: one page 32 KiB, an 80 KiB SSM state
-over 3 member pages, 4 conv slots per S2 slab; D0 its native 16-token unit with a 256-token
-checkpoint interval, CPU attention on its 16-token kernel path), so the organizations reclaim, share and reclaim slabs, preempt and
-resume (a resumed request adopts its own published checkpoints). The recurrent state lives at the
-organization's addresses (S1/S2: in vLLM's own KV buffer, org page p = block p + 1; S0/D0: a
-private arena). Greedy token ids must equal ``--org vllm``'s and transformers'; each fault is
-shown to change outputs or stop on an invariant.
+Every run is the same shared-prefix workload (12 requests arriving together, prompts up to ~900
+tokens on a 1,024 model limit, share 0.8) at a small budget, on each organization's own grid (S0-S2
+the model's, 64 tokens for the tiny model v2: one page 32 KiB, an 80 KiB SSM state over 3 member
+pages, 4 conv slots per S2 slab; D0 its native 16-token unit with a 256-token checkpoint interval,
+CPU attention on its 16-token kernel path), so the organizations reclaim, share and reclaim slabs,
+preempt and resume (a resumed request adopts its own published checkpoints). The recurrent state
+lives at the organization's addresses (S1/S2: in vLLM's own KV buffer, org page p = block p + 1;
+S0/D0: a private arena). Greedy token ids must equal ``--org vllm``'s and transformers'; each fault
+is shown to change outputs or stop on an invariant.
 
 The model is whatever ``tiny_model`` builds (the default tiny model), so the tests still hold when
 that model changes. Runs cost ~10 s each on 2 CPUs: S2 and the vLLM reference run by default,
