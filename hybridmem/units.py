@@ -16,6 +16,11 @@ per checkpoint, taken every ``u`` tokens rounded up to a multiple of 256, where 
 page-size unification ``16 ceil(r / (16 a))`` (1,568 tokens, so a 1,792-token interval for
 Falcon-H1-7B).
 A budget label ``bN`` means ``N x u x a`` bytes (1,605,632 B per unit for Falcon-H1-7B).
+
+Each organization has its own grid (:func:`org_grid_tokens`): S0-S2 the shared grid (512, or a
+model's declared grid), D0 its 16-token unit, checkpointed every ``d0_interval_tokens``. D0's
+units do not depend on the shared grid, so they are derived without S2's slot check
+(``derive_units(..., check_slots=False)``).
 """
 
 from __future__ import annotations
@@ -29,6 +34,18 @@ from hybridmem.geometry import Geometry, ceil_div, next_pow2
 GRID_TOKENS = 512  # S0-S2 attention block and recurrent checkpoint boundary
 D0_ATTN_TOKENS = 16  # D0 native attention unit
 D0_INTERVAL_MULTIPLE = 256  # D0 checkpoint interval rounds the uniform unit up to this
+SHARED_ORGS = ("S0", "S1", "S2")
+
+
+def org_grid_tokens(org: str, shared_grid: int = GRID_TOKENS) -> int:
+    """THE attention block of organization ``org`` in tokens (the one rule, every driver):
+    S0-S2 the shared grid ``shared_grid`` (their block and checkpoint boundary), D0 its native
+    16-token unit (its checkpoint interval is its own, ``Units.d0_interval_tokens``)."""
+    if org == "D0":
+        return D0_ATTN_TOKENS
+    if org in SHARED_ORGS:
+        return shared_grid
+    raise GeometryError(f"unknown organization {org!r}; expected S0, S1, S2 or D0")
 
 
 @dataclass(frozen=True)
@@ -75,15 +92,20 @@ class Units:
         }
 
 
-def derive_units(geo: Geometry, grid_tokens: int = GRID_TOKENS) -> Units:
-    """Units of S0/S1/S2/D0 for ``geo``; raises :class:`GeometryError` if S2 cannot pack slots."""
+def derive_units(geo: Geometry, grid_tokens: int = GRID_TOKENS, *,
+                 check_slots: bool = True) -> Units:
+    """Units of S0/S1/S2/D0 for ``geo``; raises :class:`GeometryError` if S2 cannot pack slots.
+
+    ``check_slots=False`` (D0, whose units ignore the grid): no slot check; where S2 cannot pack
+    slots ``slots_per_slab`` is 0 and S2 cannot be built from these units."""
     a = geo.attn_bytes_per_token
     s = geo.ssm_bytes
     c = geo.conv_bytes
     r = geo.composite_bytes
     page = grid_tokens * a
     slot = next_pow2(c)
-    if slot > page or page % slot:
+    packs = slot <= page and page % slot == 0
+    if not packs and check_slots:
         raise GeometryError(
             f"{geo.model}: conv slot of {slot} B (from conv state {c} B) does not divide the "
             f"{page}-B page ({grid_tokens} tokens x {a} B/token): {page} / {slot} = "
@@ -96,7 +118,7 @@ def derive_units(geo: Geometry, grid_tokens: int = GRID_TOKENS) -> Units:
         page_bytes=page,
         ssm_members=ceil_div(s, page),
         conv_slot_bytes=slot,
-        slots_per_slab=page // slot,
+        slots_per_slab=page // slot if packs else 0,
         s0_page_bytes=max(r, page),
         uniform_tokens=uniform,
         label_unit_bytes=uniform * a,

@@ -57,8 +57,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--retention", action="store_true",
                    help="producer-side retention (S2+Retention)")
     p.add_argument("--grid", type=int, default=None, metavar="TOKENS",
-                   help="organizations: block and checkpoint grid in tokens (default 512, the "
-                   "paper's; a multiple of 16)")
+                   help="organizations: attention block in tokens, a multiple of 16 (default: "
+                   "each organization's own, S0-S2 512 = their checkpoint grid, D0 16 with its "
+                   "model's checkpoint interval)")
     p.add_argument("--attention-fraction", type=float, default=None, metavar="FRAC",
                    help="D0's attention share of the budget (default: the model preset's)")
     p.add_argument("--chunking", default=None, choices=CHUNKINGS,

@@ -251,13 +251,14 @@ def build_engine(cfg: RunConfig, model: Path) -> Any:
 
 
 def org_grid(cfg: RunConfig, model: Path) -> Any:
-    """The organization grid override of the run (None for ``--org vllm``): the model's grid
-    (``org_geometry.model_grid``: 64 for the tiny model, 512 for Falcon-H1 checkpoints)."""
+    """The organization grid override of the run (None for ``--org vllm``): the
+    organization's own grid (``org_geometry.org_grid``: S0-S2 the model's grid, 64 tokens for
+    the tiny model, 512 for Falcon-H1 checkpoints; D0 its native 16-token unit)."""
     if cfg.org == "vllm":
         return None
     from hybridmem.vllm_plugin import org_geometry
 
-    return org_geometry.serving_grid(org_geometry.model_grid(model))
+    return org_geometry.serving_grid(org_geometry.org_grid(cfg.org, model))
 
 
 def org_env(cfg: RunConfig, model: Path) -> dict[str, str]:

@@ -54,13 +54,13 @@ from typing import Any
 from hybridmem.budget import parse_budget
 from hybridmem.engines.vllm_run import scoped_env
 from hybridmem.errors import HybridMemError
-from hybridmem.units import derive_units
+from hybridmem.units import derive_units, org_grid_tokens
 
 ORGS = ("vllm", "S0", "S1", "S2", "D0")
 CHUNKINGS = ("interval", "block", "grid512", "budget")  # prefill splits (module docstring)
 DEFAULT_CHUNKING = "interval"
 CHUNKING_GRID = 512  # grid512's alignment
-PAPER_GRID = 512  # the paper's block and checkpoint boundary of S0-S2 (§3, SPEC §2)
+PAPER_GRID = 512  # the paper's block and checkpoint boundary of S0-S2 (§3, SPEC §2); D0: 16
 ADAPTER = "hybridmem.vllm_plugin.org_scheduler"
 
 
@@ -71,7 +71,7 @@ class OrgChoice:
     headroom: float = 0.0
     pin_k: int | None = None
     retention: bool = False
-    grid: int | None = None    # organizations: scheduler block = checkpoint grid (default 512)
+    grid: int | None = None    # organizations: scheduler block (default: S0-S2 512, D0 16)
     attention_fraction: float | None = None  # D0's split (default: the model preset's)
     check_invariants: bool = False  # App. D.2 checkers after every step (slow)
     chunking: str | None = None  # prefill split, one of CHUNKINGS (None: DEFAULT_CHUNKING)
@@ -88,7 +88,7 @@ class Built:
 def default_grid(org: str, geometry: Any) -> int:
     """The checkpoint grid an organization prices by default (tokens): S0-S2 512, D0 its
     interval, vLLM's stock manager its unified block (``u``)."""
-    units = derive_units(geometry)
+    units = derive_units(geometry, check_slots=org in ("S0", "S1", "S2"))
     if org in ("S0", "S1", "S2"):
         return units.grid_tokens
     if org == "D0":
@@ -166,7 +166,7 @@ def _build_org(choice: OrgChoice, vc: Any, shape: Any, trace: str | None,
         serving_grid,
     )
 
-    grid = choice.grid if choice.grid is not None else PAPER_GRID
+    grid = choice.grid if choice.grid is not None else org_grid_tokens(choice.org, PAPER_GRID)
     vllm_env.set_grid(vc, grid)
     try:
         frac = choice.attention_fraction

@@ -47,7 +47,7 @@ class SimConfig:
     pin_k: int | None = None
     retention: bool = False
     isolate: bool = False
-    grid: int | None = None      # organizations' block/checkpoint grid (None: 512, the paper's)
+    grid: int | None = None      # organizations' block (None: their own, S0-S2 512, D0 16)
     attention_fraction: float | None = None  # D0 split (None: the model preset's)
     check_invariants: bool = False  # organizations: App. D.2 checkers after every step
     chunking: str | None = None  # prefill split, one of orgs.CHUNKINGS (None: the default)

@@ -17,9 +17,11 @@ The KV-cache size is given in blocks (``num_gpu_blocks_override``), i.e. pages p
 Nothing here knows about organizations: :mod:`hybridmem.sim.orgs` picks the scheduler class.
 
 Organization grid (:func:`set_grid`). The paper's shared organizations use 512-token blocks and
-checkpoints; vLLM 0.32 on a GPU cannot (its align mode needs one page size for attention and
-Mamba blocks, so it forces the 1,568-token block). A scheduler without a worker holds no tensor,
-so here the groups can run at any grid ``G``: the Mamba group is given a placeholder state shape
+checkpoints, D0 16-token attention units. Stock vLLM 0.32 sizes a hybrid's block so that one page
+holds a whole Mamba state (1,568 tokens for Falcon-H1-7B); all it requires is one page size
+across KV-cache groups, which organization mode meets at any grid with placeholder Mamba rows
+(:mod:`hybridmem.vllm_plugin.org_geometry`). Likewise here the groups run at any grid ``G``: the
+Mamba group is given a placeholder state shape
 that fits one ``G``-token attention page. Nothing reads those bytes -- the organization sizes
 every unit from the model config (``org_settings.serving_geometry``) -- and the scheduler sees
 what it would see with ``G``-token blocks. In organization mode the specs hold one attention and

@@ -20,6 +20,12 @@ vLLM must accept a page smaller than the state::
     half full; stock vLLM picks 256-token blocks for it (vLLM logs "Setting attention block
     size to 256 tokens").
 
+Each organization has its own G (:func:`org_grid`): S0-S2 the model's grid, D0 its native
+16-token attention unit. D0 checkpoints every interval (a multiple of 16: 256 tokens for the
+tiny model, 1,792 for Falcon-H1-7B); vLLM's positional Mamba table names one composite at the
+``interval / 16`` positions of an interval. On CPU a 16-token block needs the attention backend
+widened (:func:`_wrap_cpu_block_sizes`).
+
 With the grid active a Mamba layer can only run with a StateTable active (org_state refuses
 otherwise): its real state has no home in vLLM's rows. Use :func:`serving_grid` to get the
 engine arguments and the environment that turn the grid on (the environment reaches an engine
@@ -52,9 +58,10 @@ class GridOverride(NamedTuple):
 def serving_grid(grid_tokens: int) -> GridOverride:
     """Engine arguments and environment for grid ``grid_tokens`` (a multiple of 16, >= 16).
 
-    Needs ``enable_prefix_caching=True`` (vLLM's align mode, one checkpoint per block). The
-    attention backend must accept a G-token block (CPU attention: multiples of 32); the engine
-    start fails with that message otherwise.
+    Needs ``enable_prefix_caching=True`` (vLLM's align mode, one table position per block). The
+    attention backend must accept a G-token block: CPU attention declares multiples of 32, and
+    with the grid on it also takes 16-token blocks (:func:`_wrap_cpu_block_sizes`, its kernel's
+    ``vec16`` path); the engine start fails with that message otherwise.
     """
     if not isinstance(grid_tokens, int) or grid_tokens < 16 or grid_tokens % 16:
         raise ValueError(f"organization grid must be a multiple of 16 tokens >= 16, "
@@ -64,12 +71,22 @@ def serving_grid(grid_tokens: int) -> GridOverride:
 
 
 def model_grid(model: Any) -> int:
-    """THE organization grid G of a model directory (the one function that decides it): the
-    grid its ``hybridmem.json`` declares (the embedded tiny model: 64), else SPEC's 512."""
+    """The shared organizations' (S0-S2) grid G of a model directory: the grid its
+    ``hybridmem.json`` declares (the embedded tiny model: 64), else SPEC's 512. An
+    organization's own grid is :func:`org_grid`."""
     from hybridmem.engines.tiny_model import grid_tokens
 
     declared = grid_tokens(str(model))
     return serving_grid(declared if declared is not None else DEFAULT_GRID_TOKENS).grid_tokens
+
+
+def org_grid(org: str, model: Any) -> int:
+    """THE grid of organization ``org`` serving the model directory ``model``: S0-S2 the
+    model's grid (:func:`model_grid`), D0 its native 16-token attention unit
+    (:func:`hybridmem.units.org_grid_tokens`; its checkpoint interval comes from the plan)."""
+    from hybridmem.units import org_grid_tokens
+
+    return serving_grid(org_grid_tokens(org, model_grid(model))).grid_tokens
 
 
 def server_args(grid: GridOverride) -> tuple[str, ...]:
@@ -168,8 +185,28 @@ def _wrap_bind(original: Any) -> Any:
     return bind_kv_cache
 
 
+def _wrap_cpu_block_sizes(original: Any) -> Any:
+    """CPU attention declares ``MultipleOf(32)`` block sizes, but its kernel has a 16-token
+    path (``cpu_attn._get_attn_isa``: a block that is not a multiple of 32 runs ``vec16``). With
+    the organization grid on, declare ``MultipleOf(16)`` so that D0's 16-token unit is vLLM's
+    block; multiples of 32 still select the same kernel as before."""
+    @functools.wraps(original)
+    def get_supported_kernel_block_sizes(kv_cache_spec: Any = None) -> list[Any]:
+        sizes = original(kv_cache_spec)
+        if active_grid() is None:
+            return sizes
+        from vllm.v1.attention.backend import MultipleOf
+
+        return [MultipleOf(16) if isinstance(s, MultipleOf) and s.base == 32 else s
+                for s in sizes]
+
+    setattr(get_supported_kernel_block_sizes, _MARK, True)
+    return get_supported_kernel_block_sizes
+
+
 def install() -> bool:
-    """Wrap vLLM's hybrid block alignment, the Mamba2 spec and the Mamba binding (idempotent).
+    """Wrap vLLM's hybrid block alignment, the Mamba2 spec, the Mamba binding and the CPU
+    attention backend's block sizes (idempotent).
 
     Each wrapper decides per call from :data:`GRID_ENV`; without it vLLM runs unmodified.
     """
@@ -184,4 +221,12 @@ def install() -> bool:
         MambaMixer2.get_kv_cache_spec = _wrap_spec(MambaMixer2.get_kv_cache_spec)
     if not getattr(MambaBase.bind_kv_cache, _MARK, False):
         MambaBase.bind_kv_cache = _wrap_bind(MambaBase.bind_kv_cache)
+    try:
+        from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
+    except ImportError:  # a build without the CPU backend: nothing to widen
+        return True
+    sizes = CPUAttentionBackend.get_supported_kernel_block_sizes
+    if not getattr(sizes, _MARK, False):
+        CPUAttentionBackend.get_supported_kernel_block_sizes = staticmethod(
+            _wrap_cpu_block_sizes(sizes))
     return True

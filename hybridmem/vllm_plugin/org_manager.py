@@ -29,14 +29,14 @@ Block ids (vLLM's id 0 is the null block)::
                       position i = checkpoint at boundary ceil((i+1) G / g_r) g_r,
                       id = home id + 1 (+ attention-pool size for D0), 0 where not held
 
-For S0-S2 ``g_r = G`` (position i = state after (i+1) G tokens). For D0 the interval is a
-multiple of G, so consecutive positions inside one interval share the destination checkpoint
-(the worker's copy between them is a no-op on the same id). The worker's tables are
-append-only: a running request receives only positions past what it already has; a released
-checkpoint's id stays in its table at a position the worker never reads again (the worker reads
-the previous state index and the current one only). Each checkpoint with storage is registered
-in the process-wide :class:`~hybridmem.vllm_plugin.state_table.StateTable` (``set`` when it gets
-storage, ``drop`` once it has none), the contract with the worker side.
+For S0-S2 ``g_r = G`` (position i = state after (i+1) G tokens). For D0 ``G`` is its 16-token unit
+and ``g_r`` its interval (a multiple of 16), so the ``g_r / 16`` positions of one interval share
+the destination checkpoint (the worker skips the copy between two positions with one id). The
+worker's tables are append-only: a running request receives only positions past what it already
+has; a released checkpoint's id stays in its table at a position the worker never reads again (the
+worker reads the previous state index and the current one only). Each checkpoint with storage is
+registered in the process-wide :class:`~hybridmem.vllm_plugin.state_table.StateTable` (``set`` when
+it gets storage, ``drop`` once it has none), the contract with the worker side.
 
 The worker side (:mod:`.org_state`) reads and writes each checkpoint's state at that address
 (S1/S2 member pages and conv page / slot line, S0 one page, D0 a composite); vLLM's own Mamba
@@ -339,7 +339,8 @@ class OrgKVCacheManager:
     def fit_chunk(self, request: Any, start: int, end: int) -> int:
         """With boundary exports, where the chunk ``[start, e)`` to schedule ends: ``end`` (the
         chunk vLLM chose) if the organization could hold every checkpoint it writes at once,
-        else the largest grid multiple ``start < e < end`` that could, else the next boundary.
+        else the largest checkpoint boundary ``start < e < end`` (a multiple of the recurrent
+        interval: S0-S2 the grid, D0 its interval) that could, else the next boundary.
 
         A chunk's checkpoints are all written in one step, so none is reclaimable before the
         chunk ends; "could hold" = in the pool with only other owners' pins and the admission
@@ -348,7 +349,7 @@ class OrgKVCacheManager:
         waits, a running one preempts others."""
         org = self.org
         rid = request.request_id
-        ga, gr, g = org.attention_grid, org.recurrent_grid, self._grid
+        ga, gr = org.attention_grid, org.recurrent_grid
         pinned = 0
         for ck, owner in org.pins.values():
             if owner != rid:
@@ -367,10 +368,10 @@ class OrgKVCacheManager:
 
         if fits(end):
             return end
-        for e in range((end - 1) // g * g, start, -g):
+        for e in range((end - 1) // gr * gr, start, -gr):
             if fits(e):
                 return e
-        return min(end, (start // g + 1) * g)
+        return min(end, (start // gr + 1) * gr)
 
     def _register_export(self, rid: str, start: int, end: int) -> None:
         """This step's chunk ``[start, end)`` of ``rid``: name the checkpoint of every recurrent

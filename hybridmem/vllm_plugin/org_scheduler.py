@@ -42,6 +42,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from types import SimpleNamespace
 from typing import Any
 
 from vllm.v1.core.sched.scheduler import Scheduler
@@ -153,6 +154,20 @@ def state_storage(scheduler: Any, plan: Any) -> dict[str, Any]:
             "boundary_states": "chunk stops" if not org_state.boundary_exports() else "exported"}
 
 
+class _AtInterval:
+    """The scheduler as vLLM's split reads it, with Mamba blocks of ``interval`` tokens (the
+    split reads the block size from ``cache_config.block_size`` and ``block_size``; every other
+    attribute is the scheduler's)."""
+
+    def __init__(self, scheduler: Scheduler, interval: int) -> None:
+        self._scheduler = scheduler
+        self.block_size = interval
+        self.cache_config = SimpleNamespace(block_size=interval)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._scheduler, name)
+
+
 class OrgScheduler(Scheduler):
     """vLLM's Scheduler with an organization-backed KV-cache manager."""
 
@@ -178,6 +193,7 @@ class OrgScheduler(Scheduler):
         plan = plan_org(settings, serving_geometry(vllm_config), serving_grid(vllm_config))
         self.org_plan = plan
         self._grid = plan.grid
+        self._interval = plan.interval  # where checkpoints are (S0-S2: the grid; D0 its own)
         faults.activate(settings.fault)
         path = os.environ.get("HYBRIDMEM_TRACE")
         sink = None
@@ -233,28 +249,39 @@ class OrgScheduler(Scheduler):
         return super()._free_request(request, *args, **kwargs)
 
     # -- prefill chunks ----------------------------------------------------------------------
+    def vllm_split(self, request: Any, num_new_tokens: int, num_new_local_computed_tokens: int = 0,
+                   num_external_computed_tokens: int = 0) -> int:
+        """vLLM's own block-aligned split with the organization's checkpoint interval as the
+        Mamba block: S0-S2 (interval = block) exactly vLLM's; D0 (16-token blocks, a longer
+        interval) as vLLM cuts a hybrid whose Mamba block is that interval, so chunks stop at
+        D0's checkpoints, not at every 16-token block."""
+        this: Any = self if self._interval == self._grid else _AtInterval(self, self._interval)
+        return Scheduler._mamba_block_aligned_split(this, request, num_new_tokens,
+                                                    num_new_local_computed_tokens,
+                                                    num_external_computed_tokens)
+
     def _mamba_block_aligned_split(self, request: Any, num_new_tokens: int,
                                    num_new_local_computed_tokens: int = 0,
                                    num_external_computed_tokens: int = 0) -> int:
-        """vLLM's split; with chunk stops on, then also stop at the next grid boundary.
+        """:meth:`vllm_split`; with chunk stops on, then also stop at the next checkpoint.
 
-        The organization allocates (and later publishes) a checkpoint at every boundary, and
-        vLLM's forward writes only a chunk's end state (seams note, trap 3). By default the
-        worker exports every interior boundary's state during the forward
-        (``state_table`` boundary exports, :mod:`.org_state`), so chunks run as vLLM cuts
-        them; where it cannot (``org_state.boundary_exports()`` is False: not on CPU, or
-        ``HYBRIDMEM_ORG_CHUNK_STOPS=1``) every boundary is made a chunk end instead (outputs
-        unchanged, more steps)."""
-        n = super()._mamba_block_aligned_split(request, num_new_tokens,
-                                               num_new_local_computed_tokens,
-                                               num_external_computed_tokens)
+        The organization allocates (and later publishes) a checkpoint at every recurrent
+        boundary (S0-S2: every grid block; D0: every interval), and vLLM's forward writes only
+        a chunk's end state (seams note, trap 3). By default the worker exports every interior
+        boundary's state during the forward (``state_table`` boundary exports, :mod:`.org_state`),
+        so chunks run as vLLM cuts them (:meth:`OrgKVCacheManager.fit_chunk` shortens one the
+        pool cannot hold); where it cannot (``org_state.boundary_exports()`` is False: not on
+        CPU, or ``HYBRIDMEM_ORG_CHUNK_STOPS=1``) every boundary is made a chunk end instead
+        (outputs unchanged, more steps)."""
+        n = self.vllm_split(request, num_new_tokens, num_new_local_computed_tokens,
+                            num_external_computed_tokens)
         start = (request.num_computed_tokens + num_new_local_computed_tokens
                  + num_external_computed_tokens)
         if not self._chunk_stops:
             if n <= 0 or start >= max(request.num_prompt_tokens, request.num_tokens - 1):
                 return n  # decode (or nothing): no boundary inside
             return self.kv_cache_manager.fit_chunk(request, start, start + n) - start
-        stop = (start // self._grid + 1) * self._grid
+        stop = (start // self._interval + 1) * self._interval
         return min(n, stop - start)
 
     # -- steps -------------------------------------------------------------------------------

@@ -9,9 +9,10 @@ the same organization in process and behind a server::
      "attention_fraction": null}
 
 Capacity. The budget is parsed as ``hybridmem plan`` parses it (label ``bN``, bytes or a size,
-per layer) for the model's geometry, with the organization's grid ``G`` from
-:func:`serving_grid` (the model's grid: 64 tokens for the tiny model, 512 for Falcon-H1), and
-turned into the organization's units by the plan::
+per layer) for the model's geometry, on the organization's own grid ``G`` (vLLM's block size,
+:func:`serving_grid`; decided by :func:`hybridmem.units.org_grid_tokens`: S0-S2 the model's
+grid, 64 tokens for the tiny model, 512 for Falcon-H1; D0 its native 16-token unit), and turned
+into the organization's units by the plan::
 
     S0-S2  pages = round(nominal / page)                 block ids 1 .. pages
     D0     attention units of G tokens = floor(frac x nominal / 16a) x 16 / G
@@ -21,14 +22,15 @@ turned into the organization's units by the plan::
 vLLM must have every block id the organization can hand out, so ``num_gpu_blocks`` is
 :func:`num_block_ids` (``pages + 1``; D0 ``A + R + 1``): id 0 is vLLM's null block.
 
-D0 on vLLM 0.32. vLLM's ``mamba_cache_mode='align'`` forces the Mamba block size to the attention
-block size (``platforms/interface.py``: ``mamba_block_size = block_size``) and every group to one
-page size; ``prefix_match_unit`` (``hash_block_size``) only refines hash matching, not storage. So
-D0 cannot run its native 16-token attention unit there: it runs with attention units of ``G``
-tokens (``G / 16`` native units each, capacity converted accordingly) and its checkpoint interval
-rounded up to a multiple of ``G`` (the tiny model at G = 64: 64 / 256 instead of 16 / 256;
-Falcon-H1-7B at G = 512: 512 / 2,048 instead of 16 / 1,792). Its two pools stay static and
-separate.
+D0 on vLLM 0.32 runs at its native geometry (SPEC §2, Table B-2): 16-token attention units and
+its model's checkpoint interval (``u`` rounded up to a multiple of 256: 1,792 tokens for
+Falcon-H1-7B, 256 for the tiny model), so b63 is 3,256 attention units and 29 composites. vLLM
+asks only that every KV-cache group share one page size, which organization mode meets at any
+``G`` (the Mamba rows are placeholders padded to the page; the state lives at the
+organization's addresses), and its Mamba block table is positional, so the ``interval / 16``
+positions of one interval name one composite. The conversion above for ``G > 16`` (a hand-built
+engine with a coarser block) is kept; with ``G = 16`` it is the identity. The two pools stay
+static and separate.
 """
 
 from __future__ import annotations
@@ -131,11 +133,12 @@ def serving_geometry(vllm_config: Any) -> Geometry:
 
 
 def serving_grid(vllm_config: Any) -> int:
-    """THE organization grid G in tokens (attention block and checkpoint interval of S0-S2), as
-    the engine runs it: vLLM's block size.
+    """The organization's grid G in tokens (its attention block; S0-S2's checkpoint interval
+    too), as the engine runs it: vLLM's block size.
 
-    The driver decides G once (:func:`hybridmem.vllm_plugin.org_geometry.model_grid`: the
-    model's declared grid, 64 for the tiny model, else SPEC's 512) and starts the engine on it
+    The driver decides G once per organization (:func:`hybridmem.vllm_plugin.org_geometry.
+    org_grid`: S0-S2 the model's declared grid, 64 for the tiny model, else SPEC's 512; D0 16
+    tokens) and starts the engine on it
     (``org_geometry.serving_grid(G)``: ``block_size = G`` and ``HYBRIDMEM_ORG_GRID=G``, which
     the plugin's alignment wrapper turns into block = Mamba block = G, page = G x a). Without
     the grid environment (an engine built by hand) G is the block size vLLM chose for the
@@ -197,8 +200,8 @@ class OrgPlan:
 
 def plan_org(settings: OrgSettings, geometry: Geometry, grid: int) -> OrgPlan:
     """The organization's capacity for ``settings.budget`` on grid ``grid`` (HybridMemError when
-    the budget gives it no unit)."""
-    units = derive_units(geometry, grid_tokens=grid)
+    the budget gives it no unit). D0's units do not depend on S2's conv slots (no slot check)."""
+    units = derive_units(geometry, grid_tokens=grid, check_slots=settings.org != "D0")
     budget = parse_budget(settings.budget, units)
     plan = plan_budget(units, budget, settings.attention_fraction)
     name = settings.org

@@ -20,7 +20,8 @@ every ``MambaMixer2.conv_ssm_forward`` call of a step runs as::
 
 and align mode's boundary copy (``mamba_utils.collect_mamba_copy_meta``, before the forward:
 "checkpoint of the previous boundary -> checkpoint of the current one") becomes a copy
-between organization addresses. vLLM's own Mamba rows are neither read nor written.
+between organization addresses, skipped where both positions hold one block id (D0: the
+positions of one checkpoint interval). vLLM's own Mamba rows are neither read nor written.
 
 Storage per layer (:class:`~hybridmem.vllm_plugin.org_storage.LayerStore`): a private zeroed
 arena ``[num_pages, page_bytes]``, or -- ``arena mode "shared"`` with the organization grid of
@@ -415,6 +416,8 @@ def _wrap_copy(original: Any) -> Any:
                                       "decoding) is not supported in organization mode")
         for gid in mamba_group_ids:
             block_ids = req_state.block_ids[gid]
+            if block_ids[src_block_idx] == block_ids[dest_block_idx]:
+                continue  # D0: two positions of one interval name one composite
             src = table.resolve(block_ids[src_block_idx])
             dst = table.resolve(block_ids[dest_block_idx])
             RESIDENT.flush((src,))  # the copy reads src's pages: make them current

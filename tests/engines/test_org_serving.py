@@ -1,9 +1,10 @@
 """S0/S1/S2/D0 serve real requests inside vLLM's scheduler (issue 11): tokens, traces, faults.
 
 Every run is the same shared-prefix workload (12 requests arriving together, prompts up to
-~900 tokens on a 1,024 model limit, share 0.8) at a small budget, on the organization grid of the
-model (64 tokens for the tiny model v2: one page 32 KiB, an 80 KiB SSM state over 3 member pages,
-4 conv slots per S2 slab), so the organizations reclaim, share and reclaim slabs, preempt and
+~900 tokens on a 1,024 model limit, share 0.8) at a small budget, on each organization's own
+grid (S0-S2 the model's, 64 tokens for the tiny model v2: one page 32 KiB, an 80 KiB SSM state
+over 3 member pages, 4 conv slots per S2 slab; D0 its native 16-token unit with a 256-token
+checkpoint interval, CPU attention on its 16-token kernel path), so the organizations reclaim, share and reclaim slabs, preempt and
 resume (a resumed request adopts its own published checkpoints). The recurrent state lives at the
 organization's addresses (S1/S2: in vLLM's own KV buffer, org page p = block p + 1; S0/D0: a
 private arena). Greedy token ids must equal ``--org vllm``'s and transformers'; each fault is
@@ -29,6 +30,11 @@ pytestmark = pytest.mark.vllm
 
 K = EventKind
 BUDGET = "b20"  # tiny model v2 on its 64-token grid: 55 pages (S1/S2), 21 (S0); forces reclaim
+# D0 at its native 16 / 256 wastes less per request and chunks stop at its interval: b20 (110
+# attention units, 10 composites at fraction 0.5) never preempts this workload. At b10 with
+# fraction 0.7 (77 units of 16 tokens, 3 composites) admissions wait (8 rejected), one request
+# is preempted and resumes, and a waiting request adopts a published 256-token prefix.
+D0_RUN: dict[str, Any] = {"budget": "b10", "attention_fraction": 0.7}
 # 256-token steps: a prefill chunk crosses up to 4 boundaries (their states exported during the
 # forward), and several requests are admitted at once on their first chunk (vLLM's whole-prompt
 # admission gate off), so running requests preempt each other
@@ -40,6 +46,7 @@ SLOW_ORGS = {"S0", "S1", "D0"}
 # measured: 78 rejected admissions, 3 preemptions with pins, 73 RETENTION events
 POLICY: dict[str, Any] = {"headroom": 0.05, "pin_k": 1, "pin_budget": 4, "retention": True,
                           "budget": "b22"}
+NATIVE = {"S0": (64, 64), "S1": (64, 64), "S2": (64, 64), "D0": (16, 256)}  # tiny model
 SHARED_ARENA = {"S1", "S2"}  # page G x a = vLLM's page; S0's page max(r, P) and D0's r are not
 
 
@@ -79,9 +86,13 @@ def org_run(runs: Runs, org: str, **extra: Any) -> dict[str, Any]:
     extra.setdefault("check_invariants", True)
     kw: dict[str, Any] = {"org": org, "budget": BUDGET, **extra}
     if org == "D0":
-        kw.setdefault("attention_fraction", 0.5)
+        kw = {**kw, **D0_RUN, **extra}
     name = org + "".join(f"-{k}={v}" for k, v in sorted(extra.items()))
     return runs.get(name, **kw)
+
+
+def budget(org: str) -> str:
+    return str(D0_RUN["budget"]) if org == "D0" else BUDGET
 
 
 def events(run: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -133,11 +144,13 @@ def test_greedy_tokens_equal_vllm_under_pressure(runs: Runs, org: str) -> None:
     run = org_run(runs, org)
     s = run["summary"]
     assert s["completed"] == s["requests"] == WORKLOAD["requests"]
-    assert s["organization"] == org and s["budget"] == BUDGET and s["budget_bytes"] > 0
+    assert s["organization"] == org and s["budget"] == budget(org) and s["budget_bytes"] > 0
     assert s["invariant_checks"] == "passed" and s["fault"] is None
     c = s["org_counters"]
     assert c["preemptions"] >= 1 and c["adopted_tokens"] > 0, c  # pressure and reuse happened
-    assert s["org_plan"]["attention_grid_tokens"] == 64  # the model's grid, not vLLM's 256
+    # each organization's own grid: S0-S2 the model's (not vLLM's 256), D0 its native 16 / 256
+    plan = s["org_plan"]
+    assert (plan["attention_grid_tokens"], plan["recurrent_grid_tokens"]) == NATIVE[org]
     _, evs = events(run)
     reclaims = [e for e in evs if e["kind"] == K.LOSS and e["cause"] == Cause.ALLOCATION]
     assert reclaims  # cached storage was reclaimed for other requests
@@ -205,7 +218,7 @@ def test_trace_is_the_organizations_own_history(runs: Runs, org: str) -> None:
     assert meta["organization"] == org
     assert meta["attention_grid_tokens"] == plan["attention_grid_tokens"]
     assert meta["recurrent_grid_tokens"] == plan["recurrent_grid_tokens"]
-    assert meta["budget"] == BUDGET and meta["fault"] is None
+    assert meta["budget"] == budget(org) and meta["fault"] is None
     kinds = Counter(K(e["kind"]) for e in evs)
     for k in (K.WAITING_ENTRY, K.ADOPTION, K.ALLOCATION, K.PUBLICATION, K.RELEASE, K.LOSS,
               K.PREEMPTION, K.RESUME, K.FINISH):
