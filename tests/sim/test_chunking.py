@@ -92,6 +92,8 @@ def test_aligned_split_equals_vllms_method_at_the_block(org: str) -> None:
     ("S2", "budget", None, False),
     ("vllm", "grid512", 512, False),
     ("vllm", "interval", 1568, True),
+    ("D0", None, 1792, False),       # native D0: its interval, not its 16-token block
+    ("D0", "block", 16, True),
 ])
 def test_each_arm_gets_the_named_split(org: str, chunking: str | None, align: int | None,
                                        vllms: bool) -> None:
@@ -109,7 +111,7 @@ def test_each_arm_gets_the_named_split(org: str, chunking: str | None, align: in
         method = type(built.scheduler)._mamba_block_aligned_split
         assert (method is Scheduler._mamba_block_aligned_split) is vllms
         req = _request(0, 3000, 3000)
-        expect = {512: 1536, 1568: 1568, None: 1900}[align]
+        expect = {512: 1536, 1568: 1568, None: 1900, 1792: 1792, 16: 1888}[align]
         assert built.scheduler._mamba_block_aligned_split(req, 1900) == expect
     finally:
         built.scheduler.shutdown()
