@@ -1,4 +1,5 @@
-"""End to end on vLLM (CPU, tiny Falcon-H1) with S2 serving inside vLLM's scheduler (grid 64).
+"""End to end on vLLM (CPU, tiny Falcon-H1) with S2 serving inside vLLM's scheduler (grid 64),
+and D0 at its native geometry (16-token blocks, 256-token checkpoints).
 
 ``--fault corrupt-checkpoint`` overwrites the retained checkpoint of every other case at its
 S2 address (member pages and conv slot line, through the layer's LayerStore): those cases must be
@@ -37,9 +38,10 @@ def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return Path(build_tiny_model(tmp_path_factory.mktemp("models") / "tiny").path)
 
 
-def _run(model: Path, out: Path, fault: str) -> tuple[int, dict[str, Any]]:
-    code = main(["continuation", "--model", str(model), "--org", "S2", "--cases", str(CASES),
-                 "--max-tokens", "4", "--fault", fault, "--out", str(out), "--quiet"])
+def _run(model: Path, out: Path, fault: str, *org: str) -> tuple[int, dict[str, Any]]:
+    code = main(["continuation", "--model", str(model), *(org or ("--org", "S2")),
+                 "--cases", str(CASES), "--max-tokens", "4", "--fault", fault, "--out", str(out),
+                 "--quiet"])
     return code, json.loads((out / "report.json").read_text())
 
 
@@ -73,3 +75,19 @@ def test_stale_checkpoint_is_state_mismatch_on_every_adopter(model, tmp_path):
     for c in report["cases"]:
         assert c["adopted_depth"] == c["boundary"], c
         assert c["verdict"] == "state-mismatch" and c["state_bitwise_equal"] is False, c
+
+
+def test_d0_at_its_native_geometry_detects_corrupted_checkpoints(model, tmp_path):
+    """D0 continues from 256-token checkpoints over 16-token blocks (its native unit): the
+    corrupted composites are state-mismatch, the clean cases in the same engine identical."""
+    code, report = _run(model, tmp_path, "corrupt-checkpoint", "--org", "D0",
+                        "--attention-fraction", "0.5")
+    assert code == 0
+    meta = report["meta"]
+    assert (meta["block_tokens"], meta["grid_tokens"]) == (16, 256)
+    assert meta["state_storage"]["conv"] == "inside"
+    assert meta["trace_verdict"]["accepted"] is True
+    for c in report["cases"]:
+        assert c["adopted_depth"] == c["boundary"] and c["boundary"] % 256 == 0, c
+        want = "state-mismatch" if c["case"] % 2 == 0 else "identical"
+        assert c["faulted"] == (c["case"] % 2 == 0) and c["verdict"] == want, c

@@ -87,6 +87,22 @@ def test_deterministic_per_seed(tmp_path: Path) -> None:
     assert {k: a[k] for k in keys} != {k: c[k] for k in keys}  # negative control
 
 
+def test_d0_runs_at_its_native_geometry(tmp_path: Path) -> None:
+    """D0 in the simulator: 16-token blocks, its 1,792-token interval, Table B-2's units at
+    b63; the trace is accepted. Control: ``--grid 512`` converts it (512 / 2,048)."""
+    s = run_sim(SimConfig(org="D0", budget="b63", requests=8, rate=4.0, cap=8, out=tmp_path / "n",
+                          trace_dir=tmp_path / "n" / "trace")).summary
+    assert s["completed"] == 8 and s["trace_verdict"]["accepted"]
+    assert (s["block_tokens"], s["grid_tokens"]) == (16, 1792)
+    plan = s["org_plan"]
+    assert (plan["attention_grid_tokens"], plan["recurrent_grid_tokens"]) == (16, 1792)
+    assert plan["capacity"] == {"attention_units": 3256, "recurrent_units": 29}
+    assert s["num_blocks"] == plan["num_block_ids"] == 3286
+    coarse = run_sim(SimConfig(org="D0", budget="b63", requests=8, rate=4.0, cap=8, grid=512,
+                               out=tmp_path / "c")).summary
+    assert (coarse["block_tokens"], coarse["grid_tokens"]) == (512, 2048)
+
+
 @pytest.mark.parametrize("org", ["S0", "S2", "D0"])
 def test_organizations_on_granite(tmp_path: Path, org: str) -> None:
     s = run_sim(SimConfig(model="granite-4.0-h-micro", org=org, budget="b24",
