@@ -86,9 +86,7 @@ class SimConfig:
         if self.grid is not None and not (isinstance(self.grid, int) and 16 <= self.grid <= 65536
                                           and self.grid % 16 == 0):
             raise bad(f"grid must be a multiple of 16 tokens in [16, 65536], got {self.grid}")
-        if self.chunking is not None and self.chunking not in orgs.CHUNKINGS:
-            raise bad(f"unknown chunking {self.chunking!r}; expected one of "
-                      f"{', '.join(orgs.CHUNKINGS)}")
+        orgs.resolve_chunking(orgs.OrgChoice(self.org, self.budget, chunking=self.chunking))
         if self.attention_fraction is not None and not (
                 isinstance(self.attention_fraction, float)
                 and 0.0 < self.attention_fraction < 1.0):

@@ -132,3 +132,21 @@ def test_the_split_is_recorded_in_summary_and_trace(tmp_path: Path) -> None:
     assert meta["chunking"] == {"name": "budget", "align_tokens": None}
     d = run_sim(SimConfig(org="S2", out=tmp_path / "b", **small)).summary  # type: ignore[arg-type]
     assert (d["chunking"], d["chunk_align_tokens"]) == ("interval", 512)
+
+
+@pytest.mark.vllm
+def test_cli_flags(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from hybridmem.cli.main import main
+
+    base = ["sim", "--quiet", "--no-trace", "--requests", "6", "--cap", "4", "--budget", "b12",
+            "--max-model-len", "2048"]
+    assert main([*base, "--out", str(tmp_path / "v"), "--org", "vllm", "--chunking",
+                 "budget"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--org vllm" in err
+    out = tmp_path / "s"
+    assert main([*base, "--out", str(out), "--org", "S2", "--chunking", "grid512",
+                 "--admit-first-chunk"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert (printed["chunking"], printed["chunk_align_tokens"]) == ("grid512", 512)
+    assert json.loads((out / "summary.json").read_text())["admission_gate"] == "first chunk"
