@@ -31,15 +31,16 @@ budget       no alignment: a chunk ends      the same                   refused 
              where the token budget does
 ===========  ==============================  =========================  =====================
 
-``interval`` (the default) is the split the organization-backed scheduler makes where the
-worker exports every boundary state (a GPU): vLLM's own rule with each organization's
-checkpoint interval as the Mamba block; for S0-S2 and ``vllm`` block and interval coincide, so
-``interval`` and ``block`` differ only for D0. ``block`` is vLLM's method unchanged (A = the
-scheduler's block size). ``grid512`` puts every arm on one 512-token grid. ``budget`` needs a
-runtime that writes every boundary state a chunk crosses (the organizations publish a
-checkpoint at every boundary from ``num_computed_tokens``); vLLM's own manager caches Mamba
-state only at chunk ends, so ``--org vllm`` refuses it. A CPU worker without boundary exports
-stops chunks at every checkpoint boundary instead (``OrgScheduler``); the simulator prices a GPU.
+``interval`` (the default) is the split the organization-backed scheduler makes when its
+worker writes every interior boundary state (``OrgScheduler.vllm_split``): vLLM's own rule with
+each organization's checkpoint interval as the Mamba block; for S0-S2 and ``vllm`` block and
+interval coincide, so ``interval`` and ``block`` differ only for D0. ``block`` is vLLM's method
+unchanged (A = the scheduler's block size). ``grid512`` puts every arm on one 512-token grid.
+``budget`` needs a runtime that writes every boundary state a chunk crosses (the organizations
+publish a checkpoint at every boundary from ``num_computed_tokens``); vLLM's own manager caches
+Mamba state only at chunk ends, so ``--org vllm`` refuses it. Where a worker cannot export boundary
+states, ``OrgScheduler`` stops chunks at every checkpoint boundary instead; the simulator never
+uses that split.
 """
 
 from __future__ import annotations
