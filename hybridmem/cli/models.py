@@ -37,6 +37,9 @@ from hybridmem.geometry import SHIPPED, Geometry, geometry_from_config, load_geo
 TINY = "tiny"
 DEFAULT_ORG = "S2"
 ORG_CHOICES = ("vllm", "S0", "S1", "S2", "D0")  # == hybridmem.sim.orgs.ORGS (a test says so)
+# == hybridmem.sim.orgs.CHUNKINGS / DEFAULT_CHUNKING, spelled out so --help imports no vLLM
+CHUNKING_CHOICES = ("interval", "block", "grid512", "budget")
+DEFAULT_CHUNKING = "interval"
 
 
 def is_tiny(model: str) -> bool:

@@ -64,6 +64,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    "model's checkpoint interval)")
     p.add_argument("--attention-fraction", type=float, default=None, metavar="FRAC",
                    help="D0's attention share of the budget (default: the model preset's)")
+    p.add_argument("--chunking", default=None, choices=models.CHUNKING_CHOICES,
+                   help=f"how prefill chunks are cut (default {models.DEFAULT_CHUNKING}: vLLM's "
+                   "block-aligned split at each organization's checkpoint interval; block: at "
+                   "its scheduler block; grid512: at 512 tokens for every arm; budget: no "
+                   "alignment, organizations only; hybridmem/sim/README.md)")
+    p.add_argument("--admit-first-chunk", action="store_true",
+                   help="admit a request when its first prefill chunk fits, not its whole "
+                   "prompt (vLLM's --no-scheduler-reserve-full-isl)")
     p.add_argument("--check-invariants", action="store_true",
                    help="organizations: run the App. D.2 checkers after every step (slow)")
     p.add_argument("--isolate", action="store_true",
@@ -122,7 +130,8 @@ def _config(args: argparse.Namespace) -> object:
                     cap=args.cap, headroom=args.headroom, pin_k=args.pin_k,
                     retention=args.retention, isolate=args.isolate, trace_dir=trace,
                     grid=args.grid, attention_fraction=args.attention_fraction,
-                    check_invariants=args.check_invariants,
+                    check_invariants=args.check_invariants, chunking=args.chunking,
+                    admit_first_chunk=args.admit_first_chunk,
                     out=args.out, max_model_len=args.max_model_len,
                     constants=parse_costs(args.cost), step_log=args.step_log).check()
     check_budget(cfg)
@@ -184,7 +193,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"hybridmem sim: invariant violation: {exc}", file=sys.stderr)
         return 1
     s = result.summary
-    keys = ("org", "budget", "device", "seed", "requests", "completed", "throughput_tok_s",
+    keys = ("org", "budget", "device", "seed", "chunking", "chunk_align_tokens", "requests",
+            "completed", "throughput_tok_s",
             "ttft_p50", "ttft_p99", "e2e_p50", "e2e_p99", "preemptions", "prefix_hit_tokens",
             "num_blocks", "block_tokens", "steps", "wall_s", "trace_path", "trace_verdict")
     if args.json:

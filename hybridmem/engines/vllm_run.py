@@ -72,6 +72,9 @@ class RunConfig:
     max_model_len: int = 1024    # model limit the workload is scaled to
     kv_blocks: int | None = None  # KV-cache blocks (None: from kv_cache_bytes)
     chunk_tokens: int | None = None  # tokens per engine step (vLLM max_num_batched_tokens)
+    # admission checks only the first prefill chunk, not the whole prompt (vLLM's
+    # --no-scheduler-reserve-full-isl; its default admits a request only if all of it fits)
+    admit_first_chunk: bool = False
     kv_cache_bytes: int = 256 << 20
     dtype: str = "float32"
     data_dir: Path | None = None  # where the tiny model lives (default data/models/tiny-falcon-h1)
@@ -240,6 +243,8 @@ def build_engine(cfg: RunConfig, model: Path) -> Any:
         kwargs["num_gpu_blocks_override"] = cfg.kv_blocks
     if cfg.chunk_tokens is not None:
         kwargs["max_num_batched_tokens"] = cfg.chunk_tokens
+    if cfg.admit_first_chunk:
+        kwargs["scheduler_reserve_full_isl"] = False
     kwargs["kv_cache_memory_bytes"] = cfg.kv_cache_bytes
     kwargs.update(org_engine_args(cfg, model))
     return LLMEngine.from_engine_args(EngineArgs(**kwargs))

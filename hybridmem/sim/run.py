@@ -49,8 +49,9 @@ class SimConfig:
     isolate: bool = False
     grid: int | None = None      # organizations' block (None: their own, S0-S2 512, D0 16)
     attention_fraction: float | None = None  # D0 split (None: the model preset's)
-    chunking: str | None = None  # prefill split (orgs.CHUNKINGS; None: the seam's default)
     check_invariants: bool = False  # organizations: App. D.2 checkers after every step
+    chunking: str | None = None  # prefill split, one of orgs.CHUNKINGS (None: the default)
+    admit_first_chunk: bool = False  # admission checks the first chunk, not the whole prompt
     trace_dir: Path | None = None
     out: Path = Path("out/sim")
     max_model_len: int = 8192
@@ -85,6 +86,7 @@ class SimConfig:
         if self.grid is not None and not (isinstance(self.grid, int) and 16 <= self.grid <= 65536
                                           and self.grid % 16 == 0):
             raise bad(f"grid must be a multiple of 16 tokens in [16, 65536], got {self.grid}")
+        orgs.resolve_chunking(orgs.OrgChoice(self.org, self.budget, chunking=self.chunking))
         if self.attention_fraction is not None and not (
                 isinstance(self.attention_fraction, float)
                 and 0.0 < self.attention_fraction < 1.0):
@@ -121,11 +123,11 @@ def run_sim(cfg: SimConfig, progress: bool = False) -> RunResult:
     out.mkdir(parents=True, exist_ok=True)
     manifest = workload.save_manifest(out / "workload.json")
     vc = vllm_env.engine_config(shape, cfg.cap, cfg.max_model_len,
-                                device.max_num_batched_tokens, cfg.seed)
-    # only named when set, so this seam works with an OrgChoice that has no chunking field
-    split = {"chunking": cfg.chunking} if cfg.chunking is not None else {}
+                                device.max_num_batched_tokens, cfg.seed,
+                                admit_first_chunk=cfg.admit_first_chunk)
     choice = orgs.OrgChoice(cfg.org, cfg.budget, cfg.headroom, cfg.pin_k, cfg.retention,
-                            cfg.grid, cfg.attention_fraction, cfg.check_invariants, **split)
+                            cfg.grid, cfg.attention_fraction, cfg.check_invariants,
+                            chunking=cfg.chunking)
     trace, meta = _trace_target(cfg, device) if cfg.trace_dir is not None else (None, None)
     built = orgs.build(choice, vc, shape, trace, meta)
     sched = built.scheduler
@@ -155,6 +157,9 @@ def run_sim(cfg: SimConfig, progress: bool = False) -> RunResult:
         "retention": cfg.retention, "isolate": cfg.isolate, "device": cfg.device,
         "model": shape.name, "num_blocks": built.num_blocks, "grid_tokens": built.grid_tokens,
         "block_tokens": vc.cache_config.block_size, "org_plan": built.detail.get("plan"),
+        "chunking": built.detail["chunking"]["name"],
+        "chunk_align_tokens": built.detail["chunking"]["align_tokens"],
+        "admission_gate": "first chunk" if cfg.admit_first_chunk else "whole sequence",
         "steps": outcome.steps, "wall_s": outcome.wall_s, "init_wall_s": init_s,
         "time_parts_s": outcome.time_parts_s,
         "cost_model": cost.describe(),

@@ -57,8 +57,11 @@ def _quiet() -> None:
 
 
 def engine_config(shape: ModelShape, cap: int, max_model_len: int,
-                  max_num_batched_tokens: int, seed: int, prefix_caching: bool = True) -> Any:
-    """A VllmConfig for ``shape`` with the GPU block size and no async scheduling."""
+                  max_num_batched_tokens: int, seed: int, prefix_caching: bool = True,
+                  admit_first_chunk: bool = False) -> Any:
+    """A VllmConfig for ``shape`` with the GPU block size and no async scheduling;
+    ``admit_first_chunk`` turns off vLLM's whole-prompt admission gate
+    (``scheduler_reserve_full_isl``, on by default)."""
     _quiet()
     from vllm import EngineArgs
     from vllm.model_executor.models import ModelRegistry
@@ -69,7 +72,7 @@ def engine_config(shape: ModelShape, cap: int, max_model_len: int,
         enable_prefix_caching=prefix_caching, async_scheduling=False, dtype=shape.geometry.dtype,
         max_model_len=max_model_len, max_num_seqs=cap, seed=seed,
         max_num_batched_tokens=max(max_num_batched_tokens, cap), mamba_cache_mode="align",
-        enable_chunked_prefill=True,
+        enable_chunked_prefill=True, scheduler_reserve_full_isl=not admit_first_chunk,
     )
     try:
         vc = args.create_engine_config()

@@ -9,7 +9,9 @@ organization's (:class:`hybridmem.cached_org.CachedOrganization`)::
     add_request (scheduler subclass)     add_request(r, all tokens, cache_salt)
     get_computed_blocks(r)               lookup(r): A_max, R_max, J (hit <= len - 1); kept
     allocate_slots(r, n, hit...)  admit  pure admission check  need + H <= available
-                                         (H = floor(f B), units the hit would pin deducted);
+                                         (H = floor(f B), units the hit would pin deducted;
+                                         need for the whole sequence under vLLM's
+                                         full-sequence gate, its default, else the chunk);
                                          only if it passes: adopt(r, hit), allocate(r, c + n)
     allocate_slots(r, n)          run    publish(r, computed), release_superseded(r),
                                          allocate(r, c + n)  (None -> vLLM preempts)
@@ -256,15 +258,24 @@ class OrgKVCacheManager:
 
     def allocate_slots(self, request: Any, num_new_tokens: int, num_new_computed_tokens: int = 0,
                        new_computed_blocks: Any = None, num_lookahead_tokens: int = 0,
-                       num_external_computed_tokens: int = 0, **_: Any) -> Any:
+                       num_external_computed_tokens: int = 0,
+                       full_sequence_must_fit: bool = False, **_: Any) -> Any:
+        """vLLM's call. ``full_sequence_must_fit`` (vLLM's ``scheduler_reserve_full_isl``, on by
+        default) is its admission gate: a waiting or preempted request is admitted only if its
+        whole sequence fits, not just the first chunk; the organization's admission rule then
+        counts ``need`` for the whole sequence (what it would hold after its prefill), while
+        only the chunk is allocated."""
         rid = self._sync(request)
         computed = request.num_computed_tokens
         total = min(computed + num_new_computed_tokens + num_external_computed_tokens
                     + num_new_tokens + num_lookahead_tokens, self._known[rid])
         if request.status in self._admitting and rid not in self._sent:
+            check = total
+            if full_sequence_must_fit:
+                check = max(total, min(request.num_tokens, self.max_model_len, self._known[rid]))
             return self._admit(request, rid, num_new_computed_tokens, total,
                                computed + num_new_computed_tokens
-                               + num_external_computed_tokens, num_new_tokens)
+                               + num_external_computed_tokens, num_new_tokens, check)
         if computed:
             self.ops.publish(rid, computed)
             self.ops.release_superseded(rid)
@@ -280,7 +291,9 @@ class OrgKVCacheManager:
         return self._new_blocks(rid)
 
     def _admit(self, request: Any, rid: str, depth: int, total: int, start: int,
-               num_new_tokens: int) -> Any:
+               num_new_tokens: int, check: int | None = None) -> Any:
+        """Admit ``rid`` holding ``total`` tokens if ``need + H <= available`` for ``check``
+        tokens (default ``total``; vLLM's full-sequence gate passes the whole sequence)."""
         from vllm.v1.request import RequestStatus
 
         hit = self._hits.pop(rid, None)
@@ -289,12 +302,13 @@ class OrgKVCacheManager:
                 raise AssertionError(f"request {rid}: admitted at depth {depth} without the "
                                      "matching lookup; this indicates a scheduler/manager skew")
             hit = LookupResult(rid, 0, 0, 0, (), (), None)
-        ok, need, avail = self._admission(rid, hit, total)
+        check = total if check is None else check
+        ok, need, avail = self._admission(rid, hit, check)
         if not ok:  # nothing adopted, nothing released: the request stays waiting untouched
             self.counters["admission_rejections"] += 1
             if not any(r.holds_storage for r in self.org.requests.values()):
                 raise HybridMemError(
-                    f"{self.org.name}: request {rid} ({total} tokens) needs {need} units + "
+                    f"{self.org.name}: request {rid} ({check} tokens) needs {need} units + "
                     f"headroom {self._headroom[0]} but only {avail} can ever be available "
                     f"({len(self.org.pins)} pinned); the budget {self.plan.settings.budget} is "
                     "too small for it")

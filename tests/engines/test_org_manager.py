@@ -256,3 +256,21 @@ def test_settings_come_from_the_engine_config() -> None:
                 {"org": "S1", "budget": "b1", "fault": "nope"}, {"org": "S1", "extra": 1}):
         with pytest.raises(HybridMemError):
             settings_from({"hybridmem": bad})
+
+
+@pytest.mark.parametrize("whole", [True, False])
+def test_full_sequence_gate_counts_the_whole_prompt(whole: bool) -> None:
+    """vLLM's ``full_sequence_must_fit`` (``scheduler_reserve_full_isl``, on by default) admits a
+    request only if its whole sequence fits; without it only the first chunk must fit. Here the
+    first 32-token chunk fits (3 pages) and the 128-token prompt does not (12 pages > 8 free):
+    the gate rejects, its absence (the control) admits."""
+    m, _ = manager("S1", pages=12)
+    running = Req("r", [7] * 40)
+    prefill(m, running)  # holds 2 blocks + 1 checkpoint (2 pages): 4 of 12 pages
+    b = Req("b", list(range(128)))
+    blocks, hit, _ = m.get_computed_blocks(b)
+    out = m.allocate_slots(b, 32, num_new_computed_tokens=hit, new_computed_blocks=blocks,
+                           full_sequence_must_fit=whole)
+    assert (out is None) is whole
+    assert m.org.requests["b"].holds_storage is not whole
+    assert m.counters["admission_rejections"] == int(whole)

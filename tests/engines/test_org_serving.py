@@ -36,9 +36,10 @@ BUDGET = "b20"  # tiny model v2 on its 64-token grid: 55 pages (S1/S2), 21 (S0);
 # is preempted and resumes, and a waiting request adopts a published 256-token prefix.
 D0_RUN: dict[str, Any] = {"budget": "b10", "attention_fraction": 0.7}
 # 256-token steps: a prefill chunk crosses up to 4 boundaries (their states exported during the
-# forward), and several requests are admitted at once, so running requests preempt each other
+# forward), and several requests are admitted at once on their first chunk (vLLM's whole-prompt
+# admission gate off), so running requests preempt each other
 WORKLOAD = dict(requests=12, rate=10_000.0, share=0.8, seed=5, cap=8, max_model_len=1024,
-                chunk_tokens=256)
+                chunk_tokens=256, admit_first_chunk=True)
 SLOW_ORGS = {"S0", "S1", "D0"}
 # one policy run serves the admission and the pin/retention checks; retention may hold every
 # checkpoint of a request (the longest needs 56 pages) plus headroom 0.05: b22 (60 pages);

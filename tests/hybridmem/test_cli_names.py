@@ -26,11 +26,13 @@ def test_help_imports_no_torch_vllm_or_duckdb():
 
 def test_spelled_names_equal_their_sources():
     from hybridmem.cli.run import FAULT_NAMES
-    from hybridmem.sim.orgs import ORGS
+    from hybridmem.sim.orgs import CHUNKINGS, DEFAULT_CHUNKING, ORGS
     from hybridmem.vllm_plugin.faults import FAULTS
 
     assert FAULT_NAMES == tuple(FAULTS)
     assert models.ORG_CHOICES == ORGS
+    assert models.CHUNKING_CHOICES == CHUNKINGS
+    assert models.DEFAULT_CHUNKING == DEFAULT_CHUNKING
 
 
 def test_one_set_of_defaults():
