@@ -163,7 +163,6 @@ def run_sim(cfg: SimConfig, progress: bool = False) -> RunResult:
         "steps": outcome.steps, "wall_s": outcome.wall_s, "init_wall_s": init_s,
         "time_parts_s": outcome.time_parts_s,
         "cost_model": cost.describe(),
-        "chunking": cfg.chunking,
     })
     summary.update(recorded_work(outcome.records, outcome.polls, outcome.record_steps))
     if cfg.step_log:
