@@ -138,8 +138,8 @@ def test_the_split_is_recorded_in_summary_and_trace(tmp_path: Path) -> None:
 def test_cli_flags(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from hybridmem.cli.main import main
 
-    base = ["sim", "--quiet", "--no-trace", "--requests", "6", "--cap", "4", "--budget", "b12",
-            "--max-model-len", "2048"]
+    base = ["sim", "--json", "--quiet", "--no-trace", "--requests", "6", "--cap", "4",
+            "--budget", "b12", "--max-model-len", "2048"]
     assert main([*base, "--out", str(tmp_path / "v"), "--org", "vllm", "--chunking",
                  "budget"]) == 2
     err = capsys.readouterr().err.strip()
