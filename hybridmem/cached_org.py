@@ -592,7 +592,7 @@ class CachedOrganization(Organization):
             apool.num_in_use += n_blocks
             self.num_blocks += n_blocks
         if bounds and self.placement is _INSIDE:
-            # _new_checkpoint of each boundary, in this loop (conv inside member 0: only the
+            # each boundary's checkpoint, in this loop (conv inside member 0: only the
             # members' pages are taken, as rpool.take_many(self.members) takes them, its
             # watcher told of each page once the checkpoint's pages are taken)
             members, n_ckpts = self.members, len(bounds)
@@ -643,6 +643,8 @@ class CachedOrganization(Organization):
                        state_kind=StateKind.RECURRENT, **common)
 
     def _new_checkpoint(self, pool: PagePool, boundary: int, holder: str) -> Checkpoint:
+        """A new checkpoint whose conv state has its own page (S1) or a slab slot (S2);
+        allocate places a checkpoint whose conv state is inside member 0 itself."""
         owners = self.owner[pool.name]
         ident = self._next_ident
         self._next_ident = ident + 1
@@ -650,10 +652,7 @@ class CachedOrganization(Organization):
         ck.members = pool.take_many(self.members)
         for page in ck.members:
             owners[page] = ck
-        placement = self.placement
-        if placement is _INSIDE:
-            ck.conv = ck.members[0]
-        elif placement is _PAGE:
+        if self.placement is _PAGE:
             ck.conv = pool.take()
             owners[ck.conv] = ck
         else:

@@ -76,7 +76,7 @@ def test_skipped_copy_publishes_after_the_other_copy_is_lost():
     assert published == []
 
 
-# -- session 4: batched pool operations and S2's conv page decoded once ---------------------
+# -- batched pool operations and S2's conv page decoded once ---------------------------------
 
 def _pool_state(pool):
     return (pool.ref_counts(), [pool.holds(p) for p in range(pool.total)], list(pool._free),
@@ -157,7 +157,7 @@ def test_s2_conv_page_follows_the_decoder(monkeypatch):
         assert any(page != line // slots for line, page in got)
 
 
-# -- allocate's inline admission (session 9) --------------------------------------------------
+# -- allocate's inline admission --------------------------------------------------------------
 # allocate reads the pools, available units, fit and checkpoint units in its own frame where
 # ``available``, ``_pools_for``, ``_fits_in``, ``_ckpt_units``, ``_ckpt_pool`` (and D0's
 # ``DualPools.pool_for``) are the organization's own definitions, decided at construction.

@@ -1,7 +1,7 @@
 """Mutation checks of the property suite.
 
-1. Seeded bugs (a)-(f) of issue 3 and (g)-(h) of issue 14, applied with monkeypatch: the state
-   machines (reference model + D.2 checkers) must fail on every organization the bug can affect;
+1. Seeded bugs (a)-(h), applied with monkeypatch: the state machines (reference model + D.2
+   checkers) must fail on every organization the bug can affect;
    (g) and (h) run on the geometry that exposes them. ``test_mutation_score`` prints their score.
 2. The one-line mutant set of ``invariants/mutants.py`` (93 source patches over the
    organizations): every target text must still exist (fast), a fast subset (one mutant per
@@ -100,13 +100,13 @@ def d0_borrows_capacity(mp):
 
 
 def decode_assumes_16_slots(mp):
-    """(g) S2 decodes conv lines with 16 slots per slab whatever the geometry (issue 14)."""
+    """(g) S2 decodes conv lines with 16 slots per slab whatever the geometry."""
     mp.setattr(conv_slab, "decode_line",
                lambda line, slots_per_slab: None if line < 0 else SlotRef(*divmod(line, 16)))
 
 
 def member_reclaim_compares_line_with_page(mp):
-    """(h) reclaiming a member page drops a conv LINE that equals the page id (issue 14)."""
+    """(h) reclaiming a member page drops a conv LINE that equals the page id."""
     orig = CachedOrganization._detach
 
     def detach(self, pool, page):
