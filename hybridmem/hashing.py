@@ -25,13 +25,18 @@ digest of 0 is mapped to 1. The bytes hashed per chunk::
 the token ids are packed once per call (``array('q')``, little-endian) and each chunk's message
 is one ``update`` on a copy of a preset hashlib blake2b object. This is the only implementation.
 
-Why hashlib's blake2b and not a faster hash: a 3,000-token request's two chains take
-~75-130 us on 512/512 grids and ~190-270 us on 16/1792 grids here (tokens already an int64
-array, as organizations hold them; ``xxhash.xxh3_64`` over the same messages: ~9-15 us and
-~90-130 us; the removed hand-written C BLAKE2b: ~43 us and ~65 us; CPython 3.11, one loaded
-x86-64 core, best of 7 x 300). That is at most ~0.1 s over a 300-request simulation whose
-command takes ~36 CPU-s, and far below a prefill step in serving, so no end-to-end reason
-justifies a key change (which would have to be versioned in the trace metadata).
+Why hashlib's blake2b and not a faster hash (``benchmarks/bench_keys.py``: best of 7 x 300
+calls of ``hash_chain_pair`` on one 3,000-token request, tokens an int64 array as organizations
+hold them; CPython 3.11, x86-64, a 2-core box at load average ~9, so ranges over 4 runs)::
+
+    grids        this path      xxhash.xxh3_64, same messages   removed C BLAKE2b (AVX)
+    512 / 512    74-142 us      9-15 us                         43-57 us
+    16 / 1792    190-375 us     90-220 us                       65-108 us
+
+At most ~0.1 s over the 300 requests of ``hybridmem sim --org S2 --budget b63 --rate 3 --share
+0.5 --cap 63 --seed 0 --requests 300 --no-trace``, a command of 17-21 CPU-s (under 1%), and
+far below a prefill step in serving. No end-to-end reason justifies a key change, which would
+have to be versioned in the trace metadata, so the keys stay as they were.
 
 Bad input raises at the boundary: ``ValueError`` for a grid, ``start`` or extra key, what
 ``array('q', ...)`` raises for a token that is not an int64 (``TypeError``, ``OverflowError``),

@@ -3,9 +3,9 @@
 Each :class:`~invariants.mutation.Mutant` replaces one exact line (or a unique part of one) of
 ``hybridmem/{cached_org,checkpoint,conv_slab,page_pool,dual_pools,orgs,organization}.py``;
 the seams are methods and module functions that exist on main (listed by ``--seams``).
-Clusters: the properties earlier suites let through (demand, pins, release order, events, completeness, stale
-adoption, boundary prompts, salts) and the rest of the lifetime rules (lookup, publication,
-allocation, reclaim, slabs, pools). Run::
+Clusters: the properties earlier suites let through (demand, pins, release order, events,
+completeness, stale adoption, boundary prompts, salts) and the rest of the lifetime rules
+(lookup, publication, allocation, reclaim, slabs, pools). Run::
 
     PYTHONPATH=. python -m invariants.mutants            # the score and the survivors
     PYTHONPATH=. python -m invariants.mutants --only pin  # mutants whose name contains "pin"
@@ -305,7 +305,7 @@ MUTANTS: list[Mutant] = [
        equivalent="the watcher is a debug hook (None in production) that changes nothing; "
                   "its 'take' call for the same page, when it is handed out, runs the same "
                   "invalidate-before-reuse check"),
-    # a forgotten block's object reused by the next block on its page 
+    # a forgotten block's object reused by the next block on its page
     _m("spare-reuse-keeps-depth", "allocation", CO,
        "                    blk.depth = depth\n", "                    pass\n"),
     # _blocks_unref drops the pages' references itself (as PagePool.decref_many)
