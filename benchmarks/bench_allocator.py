@@ -6,7 +6,7 @@
     ... --clock cpu        (time each run by this thread's CPU time instead of wall time)
     ... --hash-floor       (instead: what the hash chains alone cost each row, and the ratio
                             each organization would reach if nothing else cost anything)
-    ... --vllm-keys python|compiled|vllm   (how the vLLM rows compute their block keys)
+    ... --vllm-keys python|vllm   (how the vLLM rows compute their block keys)
 
 Invariant checks are the organizations' ``assert`` statements (reference-count, ownership and
 free-page checks inside every transition); ``python -O`` strips them ("checks off", the
@@ -34,17 +34,14 @@ as D0 has. ``vs vLLM`` compares with the 512-token row, ``vs vLLM@grid`` with th
 organization's own attention grid. Without vLLM those rows say so and nothing is estimated.
 
 The vLLM rows compute their block keys in Python per block, as vLLM does (its request block
-hasher); ``--vllm-keys`` says how (the organizations always use :mod:`hybridmem.hashing`, which
-takes the compiled chain when ``hybridmem._chash`` is built)::
+hasher); ``--vllm-keys`` says how (the organizations always use :mod:`hybridmem.hashing`)::
 
-    python    (default) hybridmem's Python path: one hashlib blake2b per block
-              (hashing._fast_chain); about what vLLM 0.32's own default hasher costs at 512
-              tokens (23.1 against 22.7 ms per mix), less at 16 (91 against 127 ms;
-              benchmarks/RESULTS.md, allocators session 5)
+    python    (default) hybridmem.hashing.hash_chain, the organizations' own chain: one hashlib
+              blake2b per block, the same key cost as the organizations, so the ratio compares
+              bookkeeping alone; about what vLLM 0.32's own default hasher costs at 512 tokens,
+              less at 16
     vllm      vLLM's own vllm.v1.core.kv_cache_utils.hash_block_tokens with its default
               sha256 (pickle + SHA-256 per block)
-    compiled  hybridmem.hashing.hash_chain, compiled when built: the same key cost as the
-              organizations, so the ratio compares bookkeeping alone
 """
 
 from __future__ import annotations
@@ -58,7 +55,6 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from hybridmem import hashing
 from hybridmem.budget import parse_budget, plan_budget
 from hybridmem.events import EventKind, NullObserver, Observer, RecordingObserver
 from hybridmem.geometry import load_geometry
@@ -67,7 +63,7 @@ from hybridmem.units import Units, derive_units
 
 CHUNK = 512
 MAX_RUNNING = 8
-ORG_KEYS = getattr(hashing, "IMPLEMENTATION", "python")  # an older checkout: Python keys only
+ORG_KEYS = "python"  # hybridmem.hashing: hashlib blake2b, the one implementation
 
 
 def workload(n: int, seed: int = 0) -> list[list[int]]:
@@ -139,7 +135,7 @@ def run_mix(name: str, units: Units, budget: str, prompts: list[list[int]],
     return ops
 
 
-VLLM_KEYS = ("python", "compiled", "vllm")
+VLLM_KEYS = ("python", "vllm")
 
 
 def vllm_keys(how: str, block_tokens: int) -> Callable[[list[int]], list[bytes]]:
@@ -149,15 +145,6 @@ def vllm_keys(how: str, block_tokens: int) -> Callable[[list[int]], list[bytes]]
 
     kind = StateKind.ATTENTION
     if how == "python":
-        chain = hashing._fast_chain
-
-        def keys(prompt: list[int]) -> list[bytes]:
-            chunks = len(prompt) // block_tokens
-            if chunks <= 0:
-                return []
-            return [k.to_bytes(8, "big") for k in
-                    chain(int(kind), prompt, block_tokens, (), 0, 0, chunks)]
-    elif how == "compiled":
         def keys(prompt: list[int]) -> list[bytes]:
             return [k.to_bytes(8, "big") for k in
                     hashing.hash_chain(kind, prompt, block_tokens)]
@@ -315,8 +302,8 @@ def main(argv: list[str] | None = None) -> int:
                          "each organization would reach if nothing else cost anything")
     ap.add_argument("--vllm-keys", choices=VLLM_KEYS, default="python",
                     help="how the vLLM rows compute block keys: python (default: hashlib "
-                         "blake2b per block), compiled (hybridmem's chain, as the "
-                         "organizations), vllm (vLLM's own sha256 block hasher)")
+                         "blake2b per block, hybridmem's chain, as the organizations), "
+                         "vllm (vLLM's own sha256 block hasher)")
     args = ap.parse_args(argv)
     if args.profile is not None:
         return profile(args.profile, args.model, args.budget, args.requests)

@@ -21,35 +21,24 @@ Demand (for pinning K and retention K = 2) counts distinct requesters per recurr
 producer at publication (owner registration), the preempted owner, and every request whose
 lookup found the checkpoint resident (hit evidence). The same requester never counts twice.
 
-The four per-block loops (allocate's take loop, :meth:`CachedOrganization._blocks_unref`,
-publish's block loop, :meth:`CachedOrganization._make_free`'s inline loop) have a compiled
-transcription, ``hybridmem._cblocks`` (hybridmem/_cblocks.c), on the same objects in the same
-order; the Python loop stays the definition and the fallback::
-
-    compiled   when the extension is built (``pip install -e .``, optional), HYBRIDMEM_BLOCKS_PURE
-               is unset, empty or "0" at import, the pool has no watcher, and (publish, reclaim:
-               the loops that emit events) no observer records events
-    Python     otherwise; :data:`IMPLEMENTATION` says which is available (``UNAVAILABLE`` why
-               not), and tests set the module's ``_cblocks`` to None to force the Python loops
+Every operation has one implementation, in this module: the state machines, the mutant runner
+and ``--check-invariants`` (which record events and watch the pools) run the same loops as
+untraced serving and simulation; a pool watcher or an observer only adds calls to them.
 """
 
 from __future__ import annotations
 
-import os
 from array import array
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import islice, takewhile
-from typing import Any
 
 from hybridmem import checkpoint as ckpt_mod
 from hybridmem import conv_slab
 from hybridmem.checkpoint import MISSING_PAGE, Checkpoint, ConvPlacement
 from hybridmem.conv_slab import NO_LINE, SlabTable
 from hybridmem.events import Cause, Event, EventKind, NullObserver, Observer, Outcome, StateKind
-from hybridmem.extensions import load_extension
 from hybridmem.hashing import extra_keys, hash_chain, hash_chain_pair, token_array
-from hybridmem.names import ENV_BLOCKS_PURE
 from hybridmem.org_interface import (
     AllocationResult,
     CheckpointHit,
@@ -85,23 +74,6 @@ class Block:
     depth: int  # tokens: end boundary of the block
     key: int = 0  # cache key while discoverable, else 0
     holders: set[str] = field(default_factory=set)  # request ids with an execution reference
-
-
-_CBLOCKS_API = 1  # hybridmem/_cblocks.c CBLOCKS_API_VERSION: bump both on any interface change
-
-
-def load_compiled(name: str = "hybridmem._cblocks") -> tuple[Any, str | None]:
-    """``(module, None)``: the compiled block loops (each call passes :class:`Block` first, whose
-    slots they read), or ``(None, why not)``: not built, a stale build, or
-    ``HYBRIDMEM_BLOCKS_PURE`` set (any value but "" and "0")."""
-    if os.environ.get(ENV_BLOCKS_PURE, "") not in ("", "0"):
-        return None, f"{ENV_BLOCKS_PURE} is set"
-    return load_extension(name, _CBLOCKS_API)
-
-
-# _cblocks None: every per-block loop in Python (tests and the mutant runner set it so too)
-_cblocks, UNAVAILABLE = load_compiled()
-IMPLEMENTATION = "python" if _cblocks is None else "c"
 
 
 @dataclass(eq=False)
@@ -267,11 +239,8 @@ class CachedOrganization(Organization):
         attn_index = self.attn_index
         # the contiguous discoverable prefix among the blocks that end at or before ``limit``
         # (block i ends at (i + 1) g_a); an empty request has an empty chain
-        if _cblocks is not None:  # the scan below, compiled
-            n_attn = _cblocks.indexed_prefix(req.attn_chain, max(limit, 0) // ga, attn_index)
-        else:
-            n_attn = len(list(takewhile(attn_index.__contains__,
-                                        req.attn_chain[:max(limit, 0) // ga])))
+        n_attn = len(list(takewhile(attn_index.__contains__,
+                                    req.attn_chain[:max(limit, 0) // ga])))
         a_max = (n_attn * ga) // gr * gr
         r_max = j = 0
         j_ckpt: Checkpoint | None = None
@@ -292,10 +261,6 @@ class CachedOrganization(Organization):
         if j_ckpt is not None:
             hit = _tuple_new(CheckpointHit, (j_ckpt.key, j, tuple(j_ckpt.members),
                                              j_ckpt.conv))  # CheckpointHit(...)
-        if _cblocks is not None:  # the comprehension below, compiled (LookupResult(...))
-            return _tuple_new(LookupResult, (request_id, a_max, r_max, j,
-                                             _cblocks.block_pages(Block, keys, attn_index),
-                                             keys, hit))
         return LookupResult(request_id, a_max, r_max, j,
                             tuple([attn_index[k].page for k in keys]), keys, hit)
 
@@ -309,12 +274,7 @@ class CachedOrganization(Organization):
             raise ValueError(f"request {request_id!r} already holds storage; adopt only when "
                              "waiting")
         blocks = []
-        pairs: Iterable[tuple[int, int]] = zip(hit.block_keys, hit.blocks, strict=True)
-        if _cblocks is not None and hit.block_keys.__class__ is tuple \
-                and hit.blocks.__class__ is tuple:  # the loop below, compiled
-            blocks = _cblocks.adopt_blocks(Block, hit.block_keys, hit.blocks, self.attn_index)
-            pairs = ()
-        for key, page in pairs:
+        for key, page in zip(hit.block_keys, hit.blocks, strict=True):
             blk = self.attn_index.get(key)
             if blk is None or blk.page != page:
                 raise ValueError(f"stale hit: attention key {key:#x} no longer on page {page}")
@@ -349,11 +309,6 @@ class CachedOrganization(Organization):
     # == references ============================================================================
     def _blocks_ref(self, blks: list[Block], holder: str) -> None:
         """An execution reference of ``holder`` on each block (one pool)."""
-        if _cblocks is not None:  # this loop and incref_many's, compiled
-            pool = blks[0].pool
-            pool.num_in_use += _cblocks.ref_blocks(Block, blks, holder, pool._refs,
-                                                   pool._holds, pool._cached, pool.name)
-            return
         pages = []
         for blk in blks:
             assert holder not in blk.holders, f"{holder} already references block {blk.page}"
@@ -373,10 +328,6 @@ class CachedOrganization(Organization):
         refs, holds, cached, free = pool._refs, pool._holds, pool._cached, pool._free
         owners, spare = self.owner[pool.name], self.spare_blocks[pool.name]
         watcher, unused, forgotten = pool.watcher, 0, 0
-        if watcher is None and _cblocks is not None:  # this loop, compiled (no watcher call)
-            unused, forgotten = _cblocks.unref_blocks(Block, blks, holder, refs, holds, cached,
-                                                      free.append, owners, spare, pool.name)
-            blks = []
         for blk in blks:
             holders = blk.holders
             holders.remove(holder)
@@ -620,13 +571,7 @@ class CachedOrganization(Organization):
                 f"{len(free)} free pages; this indicates a missing can_allocate/reclaim before " \
                 "allocation"
             popleft, watcher = free.popleft, apool.watcher
-            if watcher is None and _cblocks is not None:  # this loop, compiled
-                _cblocks.take_blocks(Block, n_blocks, popleft, refs, spare, owners, blocks,
-                                     depth, ga, request_id, apool)
-                n_take = 0
-            else:
-                n_take = n_blocks
-            for _ in range(n_take):  # the next free pages in order, one reference each
+            for _ in range(n_blocks):  # the next free pages in order, one reference each
                 page = popleft()
                 refs[page] = 1
                 if watcher is not None:
@@ -646,20 +591,24 @@ class CachedOrganization(Organization):
                 blocks.append(blk)
             apool.num_in_use += n_blocks
             self.num_blocks += n_blocks
-        if bounds and self.placement is _INSIDE and rpool.watcher is None:
-            # _new_checkpoint of each boundary, in this loop (conv inside member 0: only the
-            # members' pages are taken, as rpool.take_many(self.members) takes them)
+        if bounds and self.placement is _INSIDE:
+            # each boundary's checkpoint, in this loop (conv inside member 0: only the
+            # members' pages are taken, as rpool.take_many(self.members) takes them, its
+            # watcher told of each page once the checkpoint's pages are taken)
             members, n_ckpts = self.members, len(bounds)
             owners, free, refs = self.owner[rpool.name], rpool._free, rpool._refs
             assert len(free) >= members * n_ckpts, f"pool {rpool.name}: take_many({members}) " \
                 f"with {len(free)} free pages; this indicates a missing can_allocate/reclaim " \
                 "before allocation"
             live_ckpts, ckpts, popleft = self.live_ckpts, req.ckpts, free.popleft
-            ident = self._next_ident
+            ident, watcher = self._next_ident, rpool.watcher
             for b in bounds:
                 pages = [popleft()] if members == 1 else [popleft() for _ in range(members)]
                 for p in pages:
                     refs[p] = 1
+                if watcher is not None:
+                    for p in pages:
+                        watcher(rpool.name, p, "take")
                 home = pages[0]
                 ck = Checkpoint(ident, b, pages, home, 0, {request_id}, home)
                 for p in pages:
@@ -694,6 +643,8 @@ class CachedOrganization(Organization):
                        state_kind=StateKind.RECURRENT, **common)
 
     def _new_checkpoint(self, pool: PagePool, boundary: int, holder: str) -> Checkpoint:
+        """A new checkpoint whose conv state has its own page (S1) or a slab slot (S2);
+        allocate places a checkpoint whose conv state is inside member 0 itself."""
         owners = self.owner[pool.name]
         ident = self._next_ident
         self._next_ident = ident + 1
@@ -701,10 +652,7 @@ class CachedOrganization(Organization):
         ck.members = pool.take_many(self.members)
         for page in ck.members:
             owners[page] = ck
-        placement = self.placement
-        if placement is _INSIDE:
-            ck.conv = ck.members[0]
-        elif placement is _PAGE:
+        if self.placement is _PAGE:
             ck.conv = pool.take()
             owners[ck.conv] = ck
         else:
@@ -754,13 +702,7 @@ class CachedOrganization(Organization):
                 refs, attn_index, waiters = pool._refs, self.attn_index, self.key_waiters
                 spare = self.spare_blocks.get(pool.name) or self._spare(pool)
                 emitting, watcher = self._emitting, pool.watcher
-                compiled = None if emitting or watcher is not None else _cblocks
             short = need - len(free)  # the heads, oldest first (one: the head just read)
-            if compiled:  # this loop, compiled (no events, no watcher)
-                lost += compiled.reclaim_run(Block, cached, short, head, owners, holds, refs,
-                                             free.append, spare, attn_index, waiters,
-                                             self.requests, pool.name)
-                continue
             for page in list(islice(cached, short)) if short > 1 else (head,):
                 blk = owners[page]  # the inline path removes only the page it reclaims
                 if blk.__class__ is not Block or blk.holders or holds[page] != 1:
@@ -954,14 +896,7 @@ class CachedOrganization(Organization):
         if keyed < stop and keyed < len(blocks):
             chain, waiters, holds = req.attn_chain, self.key_waiters, blocks[0].pool._holds
             refs = blocks[0].pool._refs
-            if not emitting and _cblocks is not None:  # this loop, compiled (no events)
-                _cblocks.publish_blocks(Block, blocks, chain, keyed, stop, attn_index, waiters,
-                                        holds, refs, request_id, req.waits, published)
-                stop_c = keyed
-            else:
-                stop_c = stop
-            for blk, key in zip(blocks[keyed:stop_c], chain[keyed:stop_c], strict=False) \
-                    if keyed < stop_c else ():
+            for blk, key in zip(blocks[keyed:stop], chain[keyed:stop], strict=False):
                 if blk.key:
                     continue  # already discoverable (published or adopted)
                 if key in attn_index:  # another request's copy is discoverable
@@ -1073,9 +1008,7 @@ class CachedOrganization(Organization):
         req.retained.clear()
         if req.waits:  # no block left to wait for another copy
             waiters = self.key_waiters
-            if _cblocks is not None:  # this loop, compiled
-                _cblocks.drop_waits(req.waits, waiters, rid)
-            for key in req.waits if _cblocks is None else ():
+            for key in req.waits:
                 waiting = waiters.get(key)
                 if waiting is not None:
                     waiting.discard(rid)

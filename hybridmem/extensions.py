@@ -1,4 +1,4 @@
-"""Loading the optional compiled extensions (``tracer._ctrace``, ``hybridmem._chash``).
+"""Loading an optional compiled extension (the trace writer's ``tracer._ctrace``).
 
 Each is built by ``pip install -e .`` when a C compiler is there (``pyproject.toml``
 ext-modules, ``optional = true``) and carries an ``API_VERSION`` its Python side checks, so a

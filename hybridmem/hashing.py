@@ -21,40 +21,38 @@ digest of 0 is mapped to 1. The bytes hashed per chunk::
     <nq   the chunk's token ids          8 n bytes
     extra encoding (_encode_extra)       4 + per item: tag, <I length, raw
 
-:func:`hash_chain` hashes exactly these bytes (traces carry the keys, so they must never change),
-on one of two paths that give the same keys::
+:func:`hash_chain` hashes exactly these bytes (traces carry the keys, so they must never change):
+the token ids are packed once per call (``array('q')``, little-endian) and each chunk's message
+is one ``update`` on a copy of a preset hashlib blake2b object. This is the only implementation.
 
-    compiled  hybridmem._chash.chain (hybridmem/_chash.c: BLAKE2b from RFC 7693): the whole chain
-              in one call, tokens read straight from a list or tuple of ints or from an int64
-              buffer (:func:`token_array`, how organizations hold tokens); where the CPU
-              has AVX2 (AVX-512VL: faster rotations; detected at import) each compression
-              holds the state's rows in 256-bit vectors, and ``chain_pair`` runs its two chains
-              side by side in one instruction stream (the scalar compression stays the
-              definition and the fallback)
-    Python    all tokens packed in one call, one ``update`` per chunk on a copy of a preset
-              hashlib blake2b object (:func:`_chain_over`; the reference)
+Why hashlib's blake2b and not a faster hash (``benchmarks/bench_keys.py``: best of 7 x 300
+calls of ``hash_chain_pair`` on one 3,000-token request, tokens an int64 array as organizations
+hold them; CPython 3.11, x86-64, a 2-core box at load average ~9, so ranges over 4 runs)::
 
-The compiled path is used when ``pip install -e .`` built the extension (optional: a failed
-compile installs without it) and ``HYBRIDMEM_HASH_PURE`` is unset, empty or ``0`` at import;
-:data:`IMPLEMENTATION` says which (``UNAVAILABLE`` why not). Any input the compiled path does not
-take (another sequence or item type, a value out of range) goes to the Python path, which returns
-the keys or raises its error. ``tests/hybridmem/test_hashing.py`` and ``test_chash.py`` compare
-both paths byte for byte with the straightforward per-chunk encoding.
+    grids        this path      xxhash.xxh3_64, same messages   removed C BLAKE2b (AVX)
+    512 / 512    74-142 us      9-15 us                         43-57 us
+    16 / 1792    190-375 us     90-220 us                       65-108 us
+
+At most ~0.1 s over the 300 requests of ``hybridmem sim --org S2 --budget b63 --rate 3 --share
+0.5 --cap 63 --seed 0 --requests 300 --no-trace``, a command of 17-21 CPU-s (under 1%), and
+far below a prefill step in serving. No end-to-end reason justifies a key change, which would
+have to be versioned in the trace metadata, so the keys stay as they were.
+
+Bad input raises at the boundary: ``ValueError`` for a grid, ``start`` or extra key, what
+``array('q', ...)`` raises for a token that is not an int64 (``TypeError``, ``OverflowError``),
+``struct.error`` for a parent key outside ``[0, 2**64)``.
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
 import struct
+import sys
 from array import array
 from collections.abc import Callable, Iterable, Sequence
 from functools import lru_cache
-from typing import Any
 
 from hybridmem.events import StateKind
-from hybridmem.extensions import load_extension
-from hybridmem.names import ENV_HASH_PURE
 
 ExtraKey = str | int | bytes
 
@@ -63,43 +61,24 @@ NO_HASH = 0  # Event.hash of an entry without a key
 _HEAD = struct.Struct("<BQI")  # kind, parent, chunk length
 _BLAKE8 = hashlib.blake2b(digest_size=8)  # copied per chunk: cheaper than the constructor
 _ATTENTION, _RECURRENT = int(StateKind.ATTENTION), int(StateKind.RECURRENT)
-_CHASH_API = 5  # hybridmem/_chash.c CHASH_API_VERSION: bump both on any interface change
-
-
-def load_compiled(name: str = "hybridmem._chash") -> tuple[Any, str | None]:
-    """``(module, None)``: the compiled chains (``chain``, ``chain_pair``), or ``(None, why
-    not)``: not built, a stale build (another API version), or ``HYBRIDMEM_HASH_PURE`` set
-    (any value but "" and "0")."""
-    if os.environ.get(ENV_HASH_PURE, "") not in ("", "0"):
-        return None, f"{ENV_HASH_PURE} is set"
-    return load_extension(name, _CHASH_API)
-
-
-_chash, UNAVAILABLE = load_compiled()
-IMPLEMENTATION = "python" if _chash is None else "c"
-# _compiled None: the Python path only, for single chains and pairs (tests set it so too)
-_compiled: Any = None if _chash is None else _chash.chain
-_compiled_pair: Any = None if _chash is None else _chash.chain_pair
-_compiled_pack: Any = None if _chash is None else _chash.pack
+_SWAP = sys.byteorder != "little"  # array's native order; the keys hash little-endian ids
 
 
 def token_array(token_ids: Iterable[int]) -> array[int]:
     """``token_ids`` as a new int64 array (``array('q')``), how an organization holds a
-    request's tokens: 8 bytes a token where a list holds a pointer to a shared int per token
-    (which it increments on the copy and decrements on release), and the compiled chains read
-    it as one buffer. Raises what ``array('q', token_ids)`` raises for a token that is not an
-    int64 (``TypeError``, ``OverflowError``)."""
-    if _compiled_pack is not None and type(token_ids) in (list, tuple):
-        try:
-            return array("q", _compiled_pack(token_ids))
-        except Exception:  # not for the compiled path (a bool, a big int): array decides
-            pass
+    request's tokens: 8 bytes a token where a list holds a pointer to a shared int per token,
+    and the chains hash its buffer without packing the ids again. Raises what
+    ``array('q', token_ids)`` raises for a token that is not an int64 (``TypeError``,
+    ``OverflowError``)."""
     return array("q", token_ids)
 
 
-@lru_cache(maxsize=256)
-def _tokens_packer(n: int) -> Callable[..., bytes]:
-    return struct.Struct(f"<{n}q").pack
+def _token_bytes(token_ids: Sequence[int], lo: int, hi: int) -> bytes:
+    """Token ids ``[lo, hi)`` as little-endian int64 bytes (``<q`` each)."""
+    window = array("q", token_ids[lo:hi])
+    if _SWAP:
+        window.byteswap()
+    return window.tobytes()
 
 
 @lru_cache(maxsize=1024)
@@ -118,20 +97,47 @@ def _encode_extra(extra: tuple[ExtraKey, ...]) -> bytes:
     return bytes(out)
 
 
+@lru_cache(maxsize=64)
+def _message_packer(grid: int, tail_len: int) -> Callable[..., bytes]:
+    """Packs one chunk's whole message: ``<BQI`` head, the chunk's token bytes, the extra tail
+    (one ``update`` per chunk: fewer calls than three, which shows on 16-token grids)."""
+    return struct.Struct(f"<BQI{8 * grid}s{tail_len}s").pack
+
+
+def _chain_over(kind: int, raw: bytes, grid: int, tail: bytes, parent: int,
+                chunks: int) -> list[int]:
+    """Keys of the first ``chunks`` ``grid``-token chunks of the packed tokens ``raw``, chained
+    from ``parent``: per chunk, one message and one ``update`` on a copy of a preset blake2b
+    object (the bytes in the module docstring)."""
+    width = 8 * grid
+    message, new, from_bytes = _message_packer(grid, len(tail)), _BLAKE8.copy, int.from_bytes
+    keys = []
+    for off in range(0, chunks * width, width):
+        h = new()
+        h.update(message(kind, parent, grid, raw[off:off + width], tail))
+        parent = from_bytes(h.digest(), "big") or 1
+        keys.append(parent)
+    return keys
+
+
 def chunk_hash(kind: StateKind, parent: int, token_ids: Sequence[int],
                extra: Sequence[ExtraKey] = ()) -> int:
     """Key of one chunk: ``H(kind, parent, token ids, extra keys)``; deterministic, never 0."""
-    h = hashlib.blake2b(digest_size=8)
-    h.update(struct.pack("<BQI", int(kind), parent, len(token_ids)))
-    h.update(struct.pack(f"<{len(token_ids)}q", *token_ids))
+    h = _BLAKE8.copy()
+    h.update(_HEAD.pack(int(kind), parent, len(token_ids)))
+    h.update(_token_bytes(token_ids, 0, len(token_ids)))
     h.update(_encode_extra(tuple(extra)))
-    key = int.from_bytes(h.digest(), "big")
-    return key or 1
+    return int.from_bytes(h.digest(), "big") or 1
 
 
 def extra_keys(cache_salt: str | None) -> tuple[ExtraKey, ...]:
     """Per-request extra keys; ``cache_salt`` isolates a request from every other salt."""
     return () if cache_salt is None else ("cache_salt", cache_salt)
+
+
+def _check_grid(grid: int) -> None:
+    if grid <= 0:
+        raise ValueError(f"grid must be positive, got {grid}")
 
 
 def hash_chain(kind: StateKind, token_ids: Sequence[int], grid: int,
@@ -142,77 +148,26 @@ def hash_chain(kind: StateKind, token_ids: Sequence[int], grid: int,
 
     ``hash_chain(k, t, 512)[i]`` is the key of the prefix ``[0, 512 (i + 1))``.
     """
-    if grid <= 0:
-        raise ValueError(f"grid must be positive, got {grid}")
+    _check_grid(grid)
     if start % grid:
         raise ValueError(f"start {start} is not a multiple of the {grid}-token grid")
     chunks = (len(token_ids) - start) // grid
     if chunks <= 0:
         return []
-    if _compiled is not None:
-        try:
-            return _compiled(int(kind), token_ids, start, grid, chunks,
-                             _encode_extra(tuple(extra)), parent)
-        except Exception:  # not for the compiled path: the Python path returns or raises
-            pass
-    try:
-        return _fast_chain(int(kind), token_ids, grid, extra, parent, start, chunks)
-    except Exception:  # bad input: raise exactly what the per-chunk encoding raises
-        for lo in range(start, len(token_ids) - grid + 1, grid):
-            parent = chunk_hash(kind, parent, token_ids[lo:lo + grid], extra)
-        raise
+    tail = _encode_extra(tuple(extra))
+    raw = _token_bytes(token_ids, start, start + chunks * grid)
+    return _chain_over(int(kind), raw, grid, tail, parent, chunks)
 
 
 def hash_chain_pair(token_ids: Sequence[int], attention_grid: int, recurrent_grid: int,
                     extra: Sequence[ExtraKey] = ()) -> tuple[list[int], list[int]]:
     """``(hash_chain(ATTENTION, t, attention_grid, extra), hash_chain(RECURRENT, t,
     recurrent_grid, extra))``, the same keys, with the token ids packed once for both."""
-    if attention_grid > 0 and recurrent_grid > 0:
-        try:  # bad input raises here or below: the two chains at the end raise what they raise
-            n = len(token_ids)
-            ca, cr = n // attention_grid, n // recurrent_grid
-            tail = _encode_extra(tuple(extra))
-            if _compiled is not None:
-                try:
-                    return _compiled_pair(token_ids, _ATTENTION, attention_grid, ca, _RECURRENT,
-                                          recurrent_grid, cr, tail)
-                except Exception:  # not for the compiled path: the Python path decides
-                    pass
-            used = max(ca * attention_grid, cr * recurrent_grid)
-            raw = _tokens_packer(used)(*token_ids[:used])
-            return (_chain_over(_ATTENTION, raw, attention_grid, tail, NO_HASH, ca),
-                    _chain_over(_RECURRENT, raw, recurrent_grid, tail, NO_HASH, cr))
-        except Exception:
-            pass
-    return (hash_chain(StateKind.ATTENTION, token_ids, attention_grid, extra),
-            hash_chain(StateKind.RECURRENT, token_ids, recurrent_grid, extra))
-
-
-def _fast_chain(kind: int, token_ids: Sequence[int], grid: int, extra: Sequence[ExtraKey],
-                parent: int, start: int, chunks: int) -> list[int]:
-    """:func:`chunk_hash` chained over ``chunks`` chunks from ``start``, same bytes: one pack
-    for all tokens, then :func:`_chain_over`."""
-    raw = _tokens_packer(chunks * grid)(*token_ids[start:start + chunks * grid])
-    return _chain_over(kind, raw, grid, _encode_extra(tuple(extra)), parent, chunks)
-
-
-@lru_cache(maxsize=64)
-def _message_packer(grid: int, tail_len: int) -> Callable[..., bytes]:
-    """Packs one chunk's whole message: ``<BQI`` head, the packed tokens, the extra tail."""
-    return struct.Struct(f"<BQI{8 * grid}s{tail_len}s").pack
-
-
-def _chain_over(kind: int, raw: bytes, grid: int, tail: bytes, parent: int,
-                chunks: int) -> list[int]:
-    """Keys of the first ``chunks`` ``grid``-token chunks of the packed tokens ``raw``, chained
-    from ``parent``: one message pack and one ``update`` per chunk on a copy of a preset
-    blake2b object (the bytes of :func:`chunk_hash`)."""
-    width = 8 * grid
-    message, new, from_bytes = _message_packer(grid, len(tail)), _BLAKE8.copy, int.from_bytes
-    keys = []
-    for off in range(0, chunks * width, width):
-        h = new()
-        h.update(message(kind, parent, grid, raw[off:off + width], tail))
-        parent = from_bytes(h.digest(), "big") or 1
-        keys.append(parent)
-    return keys
+    _check_grid(attention_grid)
+    _check_grid(recurrent_grid)
+    n = len(token_ids)
+    ca, cr = n // attention_grid, n // recurrent_grid
+    tail = _encode_extra(tuple(extra))
+    raw = _token_bytes(token_ids, 0, max(ca * attention_grid, cr * recurrent_grid))
+    return (_chain_over(_ATTENTION, raw, attention_grid, tail, NO_HASH, ca),
+            _chain_over(_RECURRENT, raw, recurrent_grid, tail, NO_HASH, cr))

@@ -8,10 +8,6 @@ Environment variables::
     HYBRIDMEM_CPU_PREFIX_FIX   "0" disables the plugin's CPU prefix-caching fix
     HYBRIDMEM_TRACEBACK        "1": the CLI prints the traceback of an unexpected error
     HYBRIDMEM_SLOW             "1": run the tests marked slow
-    HYBRIDMEM_HASH_PURE        "1" (read at import): cache keys on the Python path, not the
-                               compiled hybridmem._chash (the same keys)
-    HYBRIDMEM_BLOCKS_PURE      "1" (read at import): the organizations' per-block loops in
-                               Python, not the compiled hybridmem._cblocks (the same behaviour)
 
 Trace metadata (the file header's JSON; Parquet schema metadata under ``TABLE_META_KEY``)::
 
@@ -26,8 +22,6 @@ ENV_TRACE_META = "HYBRIDMEM_TRACE_META"
 ENV_CPU_PREFIX_FIX = "HYBRIDMEM_CPU_PREFIX_FIX"
 ENV_TRACEBACK = "HYBRIDMEM_TRACEBACK"
 ENV_SLOW = "HYBRIDMEM_SLOW"
-ENV_HASH_PURE = "HYBRIDMEM_HASH_PURE"
-ENV_BLOCKS_PURE = "HYBRIDMEM_BLOCKS_PURE"
 
 TABLE_META_KEY = b"hybridmem.meta"  # Arrow/Parquet schema metadata key of the run metadata
 META_ORGANIZATION = "organization"

@@ -3,9 +3,9 @@
 Each :class:`~invariants.mutation.Mutant` replaces one exact line (or a unique part of one) of
 ``hybridmem/{cached_org,checkpoint,conv_slab,page_pool,dual_pools,orgs,organization}.py``;
 the seams are methods and module functions that exist on main (listed by ``--seams``).
-Clusters: the issue-14 survivors (demand, pins, release order, events, completeness, stale
-adoption, boundary prompts, salts) and the rest of the lifetime rules (lookup, publication,
-allocation, reclaim, slabs, pools). Run::
+Clusters: the properties earlier suites let through (demand, pins, release order, events,
+completeness, stale adoption, boundary prompts, salts) and the rest of the lifetime rules
+(lookup, publication, allocation, reclaim, slabs, pools). Run::
 
     PYTHONPATH=. python -m invariants.mutants            # the score and the survivors
     PYTHONPATH=. python -m invariants.mutants --only pin  # mutants whose name contains "pin"
@@ -254,7 +254,7 @@ MUTANTS: list[Mutant] = [
     _m("s1-conv-page-not-counted", "allocation", CO,
        "return count * (self.members + (self.placement == _PAGE))",
        "return count * self.members", orgs=("S1",)),
-    # allocate's inline admission (session 9: available / _pools_for / _fits_in /
+    # allocate's inline admission (available / _pools_for / _fits_in /
     # _ckpt_units / _ckpt_pool without their frames, where they are the organization's own)
     _m("fits-strict-inline", "allocation", CO,
        "ok = n_blocks + n_rec <= na", "ok = n_blocks + n_rec < na", orgs=SHARED),
@@ -305,10 +305,10 @@ MUTANTS: list[Mutant] = [
        equivalent="the watcher is a debug hook (None in production) that changes nothing; "
                   "its 'take' call for the same page, when it is handed out, runs the same "
                   "invalidate-before-reuse check"),
-    # a forgotten block's object reused by the next block on its page (session 6)
+    # a forgotten block's object reused by the next block on its page
     _m("spare-reuse-keeps-depth", "allocation", CO,
        "                    blk.depth = depth\n", "                    pass\n"),
-    # _blocks_unref drops the pages' references itself (session 6; as PagePool.decref_many)
+    # _blocks_unref drops the pages' references itself (as PagePool.decref_many)
     _m("unref-released-page-is-oldest", "release order", CO,
        "cached[page] = None  # most recently used end of the LRU",
        "cached[page] = None; cached.move_to_end(page, last=False)"),
@@ -317,7 +317,7 @@ MUTANTS: list[Mutant] = [
     _m("unref-unpublished-page-cached", "pools", CO,
        "                if holds[page]:\n                    cached[page] = None",
        "                if True:\n                    cached[page] = None"),
-    # allocate takes its blocks' pages itself (session 6; as PagePool.take_many)
+    # allocate takes its blocks' pages itself (as PagePool.take_many)
     _m("allocate-take-not-counted", "pools", CO,
        "            apool.num_in_use += n_blocks\n", "            pass\n"),
     _m("allocate-take-without-reference", "pools", CO,

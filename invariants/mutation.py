@@ -10,7 +10,8 @@ that moves the code fails loudly instead of producing a silent equivalent.
 A mutant is *killed* when any state machine it runs on fails (any exception: a model
 assertion, an App. D.2 checker, an internal assertion or a crash). ``python -m
 invariants.mutants`` runs the whole set (``invariants/mutants.py``) and prints the score and
-the survivors.
+the survivors. The machines record events and watch the pools; the organizations run the same
+code with or without them, so a mutant patches the code that ships.
 """
 
 from __future__ import annotations
@@ -123,25 +124,11 @@ class MutantResult:
     error: str  # first line of the failure
 
 
-@contextmanager
-def python_loops() -> Iterator[None]:
-    """The organizations' per-block loops in Python for the block (``hybridmem._cblocks``
-    off): a mutant patches the Python loop, so the compiled transcription must not stand in
-    for it. (The machines record events and watch the pools, where the organizations take the
-    Python loops anyway; this makes it independent of that.)"""
-    from hybridmem import cached_org
-
-    saved = cached_org._cblocks
-    cached_org._cblocks = None
-    try:
-        yield
-    finally:
-        cached_org._cblocks = saved
-
-
 def run_mutant(m: Mutant, run_settings: settings = MUTANT_SETTINGS) -> MutantResult:
-    """Run ``m`` on each of its organizations until one machine fails (Python loops only)."""
-    with applied(m), python_loops():
+    """Run ``m`` on each of its organizations until one machine fails. The organizations have
+    one implementation of each operation (no compiled twin, no path chosen by a watcher or an
+    observer), so the function a mutant patches is the one serving and simulation run."""
+    with applied(m):
         for org in m.orgs:
             machine = MACHINES[org] if m.geometry is None else \
                 machine_for(org, GEOMETRIES[m.geometry])

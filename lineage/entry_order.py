@@ -32,7 +32,7 @@ def small_pages() -> Iterator[None]:
     (``madvise(MADV_HUGEPAGE)``; env ``NUMPY_MADVISE_HUGEPAGE``). The arrays here live for
     milliseconds, and a huge-page fault zeroes (and may first compact) 2 MiB: in a fresh process
     over 1M events the Python materializations took 0.69-0.78 s of system time with the advice
-    and 0.35-0.40 without (benchmarks/RESULTS.md, session 5)."""
+    and 0.35-0.40 without (the history of benchmarks/RESULTS.md)."""
     core = getattr(np, "_core", None) or getattr(np, "core", None)  # NumPy 2 / 1.26
     setter = getattr(getattr(core, "multiarray", None), "_set_madvise_hugepage", None)
     if setter is None:

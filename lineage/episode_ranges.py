@@ -152,7 +152,7 @@ def by_range_aside(con: duckdb.DuckDBPyConnection, name: str, stmts: list,
     are appended to the TEMP table. At 100M events the main connection, holding the earlier
     views' TEMP tables (near its memory limit; a lower limit alone at 30M did not do it), made
     each range's joins and window 3.6x dearer than the same SQL over the same Arrow rows in a
-    fresh connection (``_boundaries``: benchmarks/RESULTS.md, session 9 second pass); the
+    fresh connection (``_boundaries``: the history of benchmarks/RESULTS.md); the
     result, a few rows per moved episode, is all that crosses."""
     side = duckdb.connect()
     try:

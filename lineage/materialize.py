@@ -96,7 +96,7 @@ class Batched:
     """Rows appended to a TEMP table ``table`` at least :data:`INSERT_ROWS` at a time: DuckDB's
     insert from Arrow costs ~3x per row in batches below its row group (122,880 rows) as in
     larger ones (14 BIGINT columns: 475 ns a row in 90k-row inserts, 144-180 in 262k-1M;
-    benchmarks/RESULTS.md, session 7)."""
+    the history of benchmarks/RESULTS.md)."""
 
     def __init__(self, con: duckdb.DuckDBPyConnection, table: str) -> None:
         self.con, self.table, self.rows = con, table, INSERT_ROWS

@@ -16,7 +16,7 @@ columns and row n's. Over the supply rows of one ``is_rec`` sorted by ``(hash, s
 types; row order is not part of a view), or None where the packing does not fit or the data
 has what the sort would order differently from the view's window (a NULL or repeated seq of one
 entry, a NULL cut): the harness then runs the SQL. DuckDB's ASOF join of ~800k positions
-against ~790k supply rows costs ~0.75 CPU-s; this, ~0.2 (benchmarks/RESULTS.md, session 5).
+against ~790k supply rows costs ~0.75 CPU-s; this, ~0.2 (the history of benchmarks/RESULTS.md).
 """
 
 from __future__ import annotations
