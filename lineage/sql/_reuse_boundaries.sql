@@ -2,10 +2,12 @@
 -- recurrent boundary b it did not adopt inside the prefix (J_adopt < b <= shared), the tokens
 -- that boundary would have added ([max(J_adopt, b - gr), b)) and why it was not a joint
 -- restart point at the lookup (paper §2.1, §3.1; SPEC §5), in this precedence:
---   never-published    no other request ever published the checkpoint at b (the chunk that
---                      crossed b did not end on it, so no state was saved there)
---   not-yet-published  another request published it first after the lookup, or within the
---                      lookup's own step (it was still computing; vLLM refuses a same-step hit)
+--   never-published    no other request published the checkpoint at b before the lookup, nor
+--                      any earlier-entered one after it (the chunk that crossed b did not end
+--                      on it, so no state was saved there)
+--   not-yet-published  an earlier-entered request published it only after the lookup, or it
+--                      was published within the lookup's own step (the producer was still
+--                      computing; vLLM refuses a same-step hit)
 --   lost               published, then lost before the lookup (the loss's cause and requester)
 --   attention-lost     the checkpoint was valid but the attention prefix was not (A_max < b)
 --   other              valid jointly at the lookup and still not adopted, or no key recorded
@@ -16,6 +18,7 @@ WITH ep AS (
         s.ep,
         s.request_id,
         s.shared_tokens,
+        e.entry_seq,
         e.j_adopt,
         e.adopt_seq,
         e.adopt_step,
@@ -29,28 +32,33 @@ WITH ep AS (
 ),
 ks AS (
     SELECT
-        ep, request_id, j_adopt, adopt_seq, adopt_step, recurrent_chain, gr, ga,
+        ep, request_id, entry_seq, j_adopt, adopt_seq, adopt_step, recurrent_chain, gr, ga,
         unnest(range(j_adopt // gr + 1, shared_tokens // gr + 1)) AS k
     FROM ep
 ),
 b AS (
     SELECT
-        ep, request_id, adopt_seq, adopt_step, ga,
+        ep, request_id, entry_seq, adopt_seq, adopt_step, ga,
         true AS is_rec,
         k * gr AS boundary,
         k * gr - greatest(j_adopt, (k - 1) * gr) AS tokens,
         recurrent_chain[k] AS hash
     FROM ks
 ),
+producers AS (
+    SELECT request_id, entry_seq FROM _entries WHERE preemption_count = 0
+),
 pubs AS (  -- publications by another request than the episode's own (its own come later)
     SELECT
         b.ep,
         b.boundary,
         min(s.seq) AS first_pub,
-        arg_min(s.step, s.seq) AS first_pub_step,
-        arg_min(s.request_id, s.seq) AS first_pub_by
+        min(s.seq) FILTER (WHERE pr.entry_seq < b.entry_seq) AS first_pub_earlier,
+        arg_min(s.step, s.seq) FILTER (WHERE pr.entry_seq < b.entry_seq) AS first_pub_step,
+        arg_min(s.request_id, s.seq) FILTER (WHERE pr.entry_seq < b.entry_seq) AS first_pub_by
     FROM b
     JOIN _supply AS s ON s.is_rec AND s.is_pub AND s.hash = b.hash
+    LEFT JOIN producers AS pr ON pr.request_id = s.request_id
     WHERE s.request_id <> b.request_id
     GROUP BY b.ep, b.boundary
 ),
@@ -92,6 +100,7 @@ classified AS (
         CASE
             WHEN l.hash IS NULL THEN 'other'
             WHEN p.first_pub IS NULL THEN 'never-published'
+            WHEN p.first_pub > l.adopt_seq AND p.first_pub_earlier IS NULL THEN 'never-published'
             WHEN p.first_pub > l.adopt_seq THEN 'not-yet-published'
             WHEN NOT l.last_is_pub THEN 'lost'
             WHEN d.a_max_exact IS NULL THEN 'other'
@@ -115,7 +124,7 @@ SELECT
     cause,
     CASE cause
         WHEN 'never-published' THEN
-            format('no other request ever published a checkpoint at {}', boundary)
+            format('no earlier request published a checkpoint at {}', boundary)
         WHEN 'not-yet-published' THEN
             CASE WHEN first_pub < adopt_seq
                  THEN format('checkpoint at {} published within the lookup step {}',

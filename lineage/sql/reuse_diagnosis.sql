@@ -141,7 +141,7 @@ COMMENT ON COLUMN reuse_diagnosis.shared_with IS 'earliest-entered request holdi
 COMMENT ON COLUMN reuse_diagnosis.reused_tokens IS 'tokens: J_adopt of the INITIAL episode';
 COMMENT ON COLUMN reuse_diagnosis.unreused_tokens IS 'tokens: shared - reused (the sum of the cause columns)';
 COMMENT ON COLUMN reuse_diagnosis.grid_tokens IS 'tokens above the deepest recurrent boundary <= shared (grid coarser than the prefix)';
-COMMENT ON COLUMN reuse_diagnosis.never_published_tokens IS 'tokens below boundaries whose checkpoint no other request ever published';
+COMMENT ON COLUMN reuse_diagnosis.never_published_tokens IS 'tokens below boundaries whose checkpoint no earlier request published (before the lookup or after)';
 COMMENT ON COLUMN reuse_diagnosis.not_yet_published_tokens IS 'tokens below boundaries published only after (or within the step of) the lookup';
 COMMENT ON COLUMN reuse_diagnosis.lost_tokens IS 'tokens below boundaries whose checkpoint was published and lost before the lookup';
 COMMENT ON COLUMN reuse_diagnosis.attention_lost_tokens IS 'tokens below boundaries whose checkpoint was valid but attention prefix was not (A_max < boundary)';

@@ -96,7 +96,7 @@ def test_never_published():
     b = diagnosis(events)["b"]
     assert (b["shared_tokens"], b["never_published_tokens"], b["cause"]) == \
         (1024, 1024, "never-published")
-    assert "no other request ever published a checkpoint at 1024" in b["detail"]
+    assert "no earlier request published a checkpoint at 1024" in b["detail"]
     # b's own publications after its lookup do not make the shared checkpoints published
     events = producer(checkpoints=[13]) + [enter("b", 3, 1500, *B_CHAIN), adopt("b", 3, 0),
                                            pub(11, 4, rec=True, rid="b")]
@@ -271,6 +271,39 @@ def test_cli_reads_the_run_directory_counters(tmp_path, capsys):
     (tmp_path / "run" / "summary.json").write_text(json.dumps({"prefix_hit_tokens": 512}))
     code, out, _ = _cli(capsys, "diagnose", str(path), "--json")
     assert code == 1 and json.loads(out)["engine"]["agree"] is False
+    (tmp_path / "run" / "summary.json").write_text(json.dumps({"prefix_hit_tokens": 1024}))
+    # the tracing hooks' PrefixCacheStats file: INITIAL queries = prompt tokens, hits = reused
+    side = trace_dir / "trace.parquet.prefix_cache.json"
+    stats = {"requests": 2, "queries": 3100, "hits": 1024, "preempted_requests": 0,
+             "preempted_queries": 0, "preempted_hits": 0}
+    side.write_text(json.dumps(stats))
+    code, out, _ = _cli(capsys, "diagnose", str(path))
+    assert code == 0 and "PrefixCacheStats queries 3,100 hits 1,024" in out
+    side.write_text(json.dumps(dict(stats, hits=1536)))
+    code, out, _ = _cli(capsys, "diagnose", str(path))
+    assert code == 1 and "agree: False" in out
+
+
+@pytest.mark.vllm
+def test_stock_vllm_run_diagnosed_and_vllm_counters_agree(tmp_path, capsys):
+    """vLLM's real scheduler (model-free simulation) with its own manager, traced: every
+    unreused token has a cause, none unexplained, and vLLM's own counters equal the trace's."""
+    from hybridmem.sim.run import SimConfig, run_sim
+
+    run_sim(SimConfig(org="vllm", budget="b12", out=tmp_path, trace_dir=tmp_path / "trace",
+                      requests=16, rate=4.0, max_model_len=2048, cap=8))
+    code, out, err = _cli(capsys, "diagnose", str(tmp_path / "trace" / "trace.hmt"), "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["shared_source"].startswith("tokens")
+    assert doc["meta"]["recurrent_grid_tokens"] == 1568
+    causes = {c["cause"]: c["tokens"] for c in doc["causes"]}
+    assert sum(causes.values()) == doc["totals"]["unreused_tokens"] > 0
+    assert causes["other"] == 0 and causes["grid"] > 0
+    eng = doc["engine"]
+    assert eng["agree"] is True and eng["requests_differing"] == 0
+    assert eng["prefix_cache_stats"]["hits"] == doc["totals"]["reused_tokens"]
+    assert eng["prefix_cache_stats"]["queries"] == doc["totals"]["prompt_tokens"]
 
 
 def test_cli_bad_input_is_one_line_exit_2(tmp_path, capsys):
