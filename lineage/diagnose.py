@@ -59,6 +59,7 @@ class Diagnosis:
     shared_source: str
     counters: EngineCounters | None
     agreement: dict[str, Any] | None
+    run_summary: Mapping[str, Any] = field(default_factory=dict)  # the run directory's
 
 
 # --- the shared prefix on token ids -------------------------------------------------------------
@@ -254,7 +255,12 @@ def diagnose(run: Run, workload: str | Path | None = None) -> Diagnosis:
         ).fetchone()
     finally:
         con.close()
+    kinds = run.table.column("kind").value_counts().to_pylist()
+    kind_count = {k["values"]: int(k["counts"]) for k in kinds}
     totals = {
+        "waiting_entries": kind_count.get("waiting_entry", 0),
+        "publications": kind_count.get("publication", 0),
+        "losses": kind_count.get("loss", 0),
         "requests": len(rows),
         "requests_never_adopted": int(never[0]) if never else 0,
         "prompt_tokens": sum(r["prompt_tokens"] or 0 for r in rows),
@@ -265,7 +271,11 @@ def diagnose(run: Run, workload: str | Path | None = None) -> Diagnosis:
         "other_tokens": next(c["tokens"] for c in causes if c["cause"] == "other"),
     }
     counters = engine_counters(run.path, order, directory)
-    return Diagnosis(run, rows, causes, totals, source, counters, _agreement(rows, counters))
+    summary: Any = {}
+    if directory is not None and (directory / SUMMARY_NAME).is_file():
+        summary = _read_json(directory / SUMMARY_NAME)
+    return Diagnosis(run, rows, causes, totals, source, counters, _agreement(rows, counters),
+                     summary if isinstance(summary, dict) else {})
 
 
 def _agreement(rows: list[dict[str, Any]], c: EngineCounters | None) -> dict[str, Any] | None:
@@ -306,9 +316,10 @@ def _agreement(rows: list[dict[str, Any]], c: EngineCounters | None) -> dict[str
 
 # --- output ---------------------------------------------------------------------------------------
 
-def conditions(run: Run) -> str:
-    """The run's conditions from its metadata, for titles: organization, model, grids, seed."""
-    m = run.meta
+def conditions(d: Diagnosis) -> str:
+    """The run's conditions, for titles: organization, model, grids, seed from the trace's
+    metadata; simulated or not, device preset and workload from the run's summary.json."""
+    m = d.run.meta
     x = m.extra
     parts = [str(m.organization)]
     model = x.get("model") or (x.get("geometry") if isinstance(x.get("geometry"), str) else None)
@@ -323,6 +334,16 @@ def conditions(run: Run) -> str:
         parts.append(f"budget {x['budget']}")
     if x.get("seed") is not None:
         parts.append(f"seed {x['seed']}")
+    s = d.run_summary
+    if s.get("simulated"):
+        cal = "calibrated" if s.get("calibrated") else "uncalibrated"
+        parts.append(f"simulated ({s.get('device')} preset, {cal} cost model)")
+    cfg = s.get("config")
+    c = {**(cfg if isinstance(cfg, dict) else {}),
+         **{k: s[k] for k in ("rate", "share", "cap") if k in s}}
+    if s.get("requests") is not None and c.get("rate") is not None:
+        parts.append(f"{s.get('requests')} requests at {c.get('rate')} req/s, share "
+                     f"{c.get('share')}, cap {c.get('cap')}")
     return ", ".join(parts)
 
 
@@ -332,8 +353,12 @@ def _pct(part: int, whole: int) -> str:
 
 def format_text(d: Diagnosis, rows: int = 20) -> str:
     t = d.totals
-    out = [f"diagnose {d.run.path}: {conditions(d.run)}; trace {d.run.verification}",
+    out = [f"diagnose {d.run.path}: {conditions(d)}; trace {d.run.verification}",
            f"  shared prefix measured on {d.shared_source}",
+           *([f"  no waiting entries or adoptions: the table records the supply side only "
+              f"({t['publications']:,} publications, {t['losses']:,} losses), as a vLLM "
+              "KV-event stream does; run vLLM with HYBRIDMEM_TRACE for requests"]
+             if t["waiting_entries"] == 0 else []),
            f"  INITIAL requests {t['requests']:,} (never adopted, left out: "
            f"{t['requests_never_adopted']:,}); prompt tokens {t['prompt_tokens']:,}",
            f"  shared {t['shared_tokens']:,} tokens, reused {t['reused_tokens']:,} "
@@ -384,7 +409,7 @@ def format_text(d: Diagnosis, rows: int = 20) -> str:
 def to_json(d: Diagnosis) -> dict[str, Any]:
     return {
         "path": d.run.path,
-        "conditions": conditions(d.run),
+        "conditions": conditions(d),
         "meta": d.run.meta.as_json(),
         "verification": d.run.verification,
         "shared_source": d.shared_source,
@@ -412,7 +437,9 @@ def plot(d: Diagnosis, out: str) -> None:
                     b.get_height()), ha="center", va="bottom", fontsize=8)
     t = d.totals
     ax.set_ylabel("unreused shared-prefix tokens")
-    ax.set_title(f"{conditions(d.run)}\nshared {t['shared_tokens']:,}, reused "
+    import textwrap
+
+    ax.set_title(f"{textwrap.fill(conditions(d), 110)}\nshared {t['shared_tokens']:,}, reused "
                  f"{t['reused_tokens']:,} tokens over {t['requests']:,} INITIAL requests "
                  f"(shared on {d.shared_source.split(' ', 1)[0]})", fontsize=9)
     ax.tick_params(axis="x", rotation=15)

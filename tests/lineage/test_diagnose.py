@@ -319,3 +319,18 @@ def test_cli_bad_input_is_one_line_exit_2(tmp_path, capsys):
     code, _, err = _cli(capsys, "diagnose", str(path), "--allow-unverified", "--workload",
                         str(tmp_path / "nope.json"))
     assert code == 2 and len(err.strip().splitlines()) == 1
+
+
+def test_an_imported_kv_event_stream_has_no_requests_to_diagnose(tmp_path, capsys):
+    import msgpack
+
+    stream = tmp_path / "kv.msgpack"
+    stream.write_bytes(
+        msgpack.packb([1.0, [["BlockStored", [5, 6], None, [], 16, None, "GPU"]]])
+        + msgpack.packb([2.0, [["BlockRemoved", [6], "GPU"]]]))
+    table = tmp_path / "kv.parquet"
+    assert _cli(capsys, "lineage", "import-vllm", str(stream), str(table))[0] == 0
+    code, out, _ = _cli(capsys, "diagnose", str(table))
+    assert code == 0 and "supply side only (2 publications, 1 losses)" in out
+    doc = json.loads(_cli(capsys, "diagnose", str(table), "--json")[1])
+    assert doc["totals"]["requests"] == 0 and doc["requests"] == []
