@@ -61,8 +61,3 @@ def test_stock_fault_is_state_mismatch_and_only_there(model, tmp_path, fault):
         else:
             assert not c["faulted"] and c["verdict"] == "identical", c
 
-
-def test_stock_faults_refuse_an_organization(capsys):
-    code = main(["continuation", "--org", "S2", "--fault", "fresh-slot", "--out", "/tmp/x"])
-    err = capsys.readouterr().err
-    assert code == 2 and "--org vllm" in err and len(err.strip().splitlines()) == 1
