@@ -68,4 +68,4 @@ COMMENT ON COLUMN _shared_prefix.prompt_tokens IS 'tokens: prompt length L at wa
 COMMENT ON COLUMN _shared_prefix.shared_source IS 'tokens (prompt token ids) or chain (attention block keys: to the attention block)';
 COMMENT ON COLUMN _shared_prefix.shared_raw_tokens IS 'tokens: longest common prefix with an earlier-entered request, not capped';
 COMMENT ON COLUMN _shared_prefix.shared_tokens IS 'tokens: that prefix capped at L - 1';
-COMMENT ON COLUMN _shared_prefix.shared_with IS 'earliest-entered request holding the shared prefix ('''' when none)';
+COMMENT ON COLUMN _shared_prefix.shared_with IS 'an earlier-entered request holding the shared prefix (by chain: the earliest; '''' when none)';

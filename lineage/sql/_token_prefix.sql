@@ -13,4 +13,4 @@ COMMENT ON COLUMN _token_prefix.request_id IS 'request id as the trace records i
 COMMENT ON COLUMN _token_prefix.shared_raw_tokens IS
     'tokens: longest common prefix of its prompt with any earlier-entered request''s prompt (not capped)';
 COMMENT ON COLUMN _token_prefix.shared_with IS
-    'the earliest-entered request that holds that prefix ('''' when none)';
+    'an earlier-entered request holding that prefix ('''' when none)';

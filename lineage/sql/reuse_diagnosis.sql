@@ -137,7 +137,7 @@ COMMENT ON COLUMN reuse_diagnosis.request_id IS 'request id';
 COMMENT ON COLUMN reuse_diagnosis.prompt_tokens IS 'tokens: prompt length L at waiting entry (0: not recorded, then no cap)';
 COMMENT ON COLUMN reuse_diagnosis.shared_source IS 'tokens (prompt token ids) or chain (attention block keys: to the attention block)';
 COMMENT ON COLUMN reuse_diagnosis.shared_tokens IS 'tokens: longest common prefix with an earlier-entered request, capped at L - 1';
-COMMENT ON COLUMN reuse_diagnosis.shared_with IS 'earliest-entered request holding that prefix ('''' when none)';
+COMMENT ON COLUMN reuse_diagnosis.shared_with IS 'an earlier-entered request holding that prefix (by chain: the earliest; '''' when none)';
 COMMENT ON COLUMN reuse_diagnosis.reused_tokens IS 'tokens: J_adopt of the INITIAL episode';
 COMMENT ON COLUMN reuse_diagnosis.unreused_tokens IS 'tokens: shared - reused (the sum of the cause columns)';
 COMMENT ON COLUMN reuse_diagnosis.grid_tokens IS 'tokens above the deepest recurrent boundary <= shared (grid coarser than the prefix)';
