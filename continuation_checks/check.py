@@ -16,7 +16,7 @@ from continuation_checks.engine import (
     progress,
 )
 from continuation_checks.report import write_outputs, write_stopped
-from continuation_checks.run import FAULTS, ORG_FAULTS, run_cases
+from continuation_checks.run import FAULTS, ORG_FAULTS, VLLM_FAULTS, run_cases
 from continuation_checks.verdict import Verdict
 from hybridmem.errors import HybridMemError
 
@@ -73,6 +73,9 @@ class CheckConfig:
             if self.fault in ORG_FAULTS and self.org == "vllm":
                 raise HybridMemError(f"--fault {self.fault}: an organization's fault; --org "
                                      f"vllm has none (available: {', '.join(FAULTS)})")
+            if self.fault in VLLM_FAULTS and self.org != "vllm":
+                raise HybridMemError(f"--fault {self.fault}: a fault of the stock path; it "
+                                     "needs --org vllm")
             if self.fault not in FAULTS + ORG_FAULTS:
                 raise HybridMemError(f"--fault {self.fault!r}: not one of "
                                      f"{', '.join(FAULTS + ORG_FAULTS)}")

@@ -96,6 +96,7 @@ class Submitted:
     adopted_state: Any = None     # StateBytes read at admission, before the forward
     state_block: int | None = None  # block holding this request's own state at its watch point
     state: Any = None             # StateBytes right after the step that ended at the watch point
+    early_state: Any = None       # StateBytes at its second watch point (a fault's source)
     state_note: str = ""
     finished: bool = False
 
@@ -117,6 +118,10 @@ class ContinuationEngine:
         self.by_engine_id: dict[str, Submitted] = {}
         self.events: list[Event] = []
         self.watch: dict[str, int] = {}  # engine request id -> b: capture its state at b
+        self.watch_early: dict[str, int] = {}  # a second point, read into early_state
+        # engine request id -> StateBytes written into its adopted block at admission, before
+        # its forward (the fresh-slot / boundary-shift fault controls)
+        self.inject: dict[str, Any] = {}
         self.adopting: list[str] = []  # ADOPTION seen in this schedule call, table not read yet
         from hybridmem.vllm_plugin import tracing
 
@@ -196,6 +201,9 @@ class ContinuationEngine:
                 sub = self.by_engine_id[eid]
                 block = self._block_at(eid, self.boundary_of[eid])
                 sub.adopted_block = block
+                fault_state = self.inject.pop(eid, None)
+                if block is not None and fault_state is not None:
+                    self.storage.write(block, fault_state)  # type: ignore[union-attr]
                 if block is not None:  # through the read path the forward uses
                     sub.adopted_state = self.storage.read(block)
             self.adopting.clear()
@@ -232,6 +240,14 @@ class ContinuationEngine:
 
     def _capture(self) -> None:
         """After a step: read the state at b of every watched request whose chunk ended at b."""
+        for eid, b in list(self.watch_early.items()):
+            req = self.scheduler.requests.get(eid)
+            if req is None or req.num_computed_tokens < b:
+                continue
+            block = self._block_at(eid, b) if req.num_computed_tokens == b else None
+            if block is not None:
+                self.by_engine_id[eid].early_state = self.storage.read_stored(block)
+            del self.watch_early[eid]
         for eid, b in list(self.watch.items()):
             req = self.scheduler.requests.get(eid)
             if req is None:
@@ -253,7 +269,7 @@ class ContinuationEngine:
 
     def submit(self, key: str, prompt: list[int], max_tokens: int, salt: str,
                split_at: int | None = None, adopt_at: int | None = None,
-               watch: int | None = None) -> Submitted:
+               watch: int | None = None, watch_early: int | None = None) -> Submitted:
         """Queue one request. ``split_at``: end a prefill chunk exactly there (split arm);
         ``adopt_at``: read the Mamba block at that boundary when the request is admitted;
         ``watch``: read the request's own state at that boundary right after it is computed."""
@@ -273,6 +289,8 @@ class ContinuationEngine:
             self.boundary_of[sub.engine_id] = adopt_at
         if watch is not None:
             self.watch[sub.engine_id] = watch
+        if watch_early is not None:
+            self.watch_early[sub.engine_id] = watch_early
         return sub
 
     def run(self, subs: list[Submitted]) -> None:

@@ -22,6 +22,7 @@ from typing import Any
 from continuation_checks.cases import Case
 from continuation_checks.compare import StateDiff, first_divergence, margin_at, state_diff
 from continuation_checks.engine import ContinuationEngine, Submitted, progress
+from continuation_checks.storage import StateBytes
 from continuation_checks.verdict import (
     ALL_RUNS,
     RETAINED_RUNS,
@@ -30,7 +31,13 @@ from continuation_checks.verdict import (
     classify,
 )
 
-FAULTS = ("corrupt-checkpoint",)  # faults this module applies itself (through the storage)
+FAULTS = ("corrupt-checkpoint", "fresh-slot", "boundary-shift")  # applied here, through
+# the storage, to every other case
+# the failure classes users meet on stock vLLM, emulated at the consumer's admission (its
+# adopted block is overwritten before its forward): a prefix-hit request that reads a
+# recycled state slot holding another request's state, and an adopted state one block off
+# the hit length (the state at b - G; the empty state when b = G)
+VLLM_FAULTS = ("fresh-slot", "boundary-shift")
 # the organizations' own faults (hybridmem.vllm_plugin.faults): the engine injects them, on
 # every case it can affect; which cases it hit is the check's finding, so every case counts
 # as faulted
@@ -84,23 +91,54 @@ def run_cases(eng: ContinuationEngine, cases: list[Case], fault: str | None = No
     else:
         faulted = corrupt = {c.case for c in cases[::2]} if fault is not None else set()
 
+    shift = fault == "boundary-shift"
+    swap = fault in VLLM_FAULTS
+    grid = eng.grid
+
     def produce(run: str) -> None:
-        """Producers of one retained run, batched; then the fault, if any, on their output."""
+        """Producers of one retained run, batched; then the fault, if any, on their output
+        (boundary-shift: a faulted producer also stops at b - G, where its state is read)."""
         t = time.perf_counter()
-        subs = [eng.submit(f"{tag}/{c.case}/{run}/producer", list(c.prompt[: c.boundary + 1]),
-                           1, _salt(tag, run, c), watch=c.boundary) for c in cases]
+        subs = []
+        for c in cases:
+            early = c.boundary - grid if shift and c.case in corrupt and c.boundary > grid \
+                else None
+            subs.append(eng.submit(f"{tag}/{c.case}/{run}/producer",
+                                   list(c.prompt[: c.boundary + 1]), 1, _salt(tag, run, c),
+                                   watch=c.boundary, split_at=early, watch_early=early))
         eng.run(subs)
         for c, sub in zip(cases, subs, strict=True):
             producers[(c.case, run)] = sub
-            if c.case in corrupt and sub.state_block is not None:
+            if c.case in corrupt and sub.state_block is not None and not swap:
                 eng.storage.corrupt(sub.state_block)  # every other case: the rest stay clean
         say(f"{run} producers: {len(subs)} in {time.perf_counter() - t:.1f} s")
+
+    def fault_state(c: Case, run: str) -> Any:
+        """What a faulted consumer's adopted block holds instead (None: leave it)."""
+        own = producers[(c.case, run)].state
+        if own is None:
+            return None
+        if fault == "boundary-shift":
+            if c.boundary <= grid:  # one block below the first boundary: the empty state
+                return StateBytes(own.conv.new_zeros(own.conv.shape),
+                                  own.ssm.new_zeros(own.ssm.shape))
+            return producers[(c.case, run)].early_state
+        # fresh-slot: the slot last held another case's checkpoint of this run
+        others = [producers[(o.case, run)].state for o in cases if o.case != c.case]
+        other = next((o for o in others if o is not None), None)
+        if other is None:
+            return StateBytes(own.conv.new_zeros(own.conv.shape), own.ssm.new_zeros(own.ssm.shape))
+        return other
 
     def submit(c: Case, run: str) -> Submitted:
         key = f"{tag}/{c.case}/{run}"
         prompt = list(c.prompt)
         if run.startswith("retained"):
             sub = eng.submit(key, prompt, c.max_tokens, _salt(tag, run, c), adopt_at=c.boundary)
+            if swap and c.case in corrupt:
+                state = fault_state(c, run)
+                if state is not None:
+                    eng.inject[sub.engine_id] = state
         elif run.startswith("split"):  # split, split-repeat, split-alone
             sub = eng.submit(key, prompt, c.max_tokens, _salt(tag, run, c), split_at=c.boundary,
                              watch=c.boundary)

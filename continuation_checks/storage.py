@@ -23,6 +23,9 @@ Without a fault both agree bit for bit; under ``swap-members`` (reads take membe
 swapped) ``read`` differs from ``read_stored`` on every S1/S2 checkpoint. For ``--org vllm``
 both are the row.
 
+``VllmRows.write`` puts a given state into a row: the ``--org vllm`` fault controls
+"fresh-slot" and "boundary-shift" (``continuation_checks/run.py``).
+
 ``corrupt`` is the fault control "corrupt-checkpoint": SSM x scale + 1, conv negated, written
 back in place (vLLM's rows; for an organization through ``LayerStore.scatter`` to the same
 address), so the next reader of that checkpoint -- the adopting consumer -- continues from it.
@@ -89,6 +92,20 @@ class VllmRows:
         for _, m in self.layers:
             m.kv_cache[1][block_id].mul_(scale).add_(1.0)
             m.kv_cache[0][block_id].neg_()
+
+    def write(self, block_id: int, state: StateBytes) -> None:
+        """Fault control: put ``state`` (as :meth:`read` gives it) into row ``block_id``, so
+        the next reader continues from another state: another request's (``fresh-slot``) or
+        the one a block earlier (``boundary-shift``)."""
+        if block_id <= 0:
+            raise ValueError(f"block id {block_id} is vLLM's null block (or negative)")
+        conv = ssm = 0
+        for _, m in self.layers:
+            c, r = m.kv_cache[0][block_id], m.kv_cache[1][block_id]
+            c.copy_(state.conv[conv: conv + c.numel()].reshape(c.shape))
+            r.copy_(state.ssm[ssm: ssm + r.numel()].reshape(r.shape))
+            conv += c.numel()
+            ssm += r.numel()
 
 
 class OrgStore:

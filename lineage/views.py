@@ -42,6 +42,11 @@ __all__ = ["EVENTS", "PARAMS", "SQL_DIR", "SQL_SETS", "connect", "connect_parque
            "sql_names"]
 
 EVENTS = "events"
+# The bound per-request table of shared prefixes measured on token ids (lineage/sql/
+# _token_prefix.sql): three parallel lists, request ids, tokens, the earlier request.
+TOKEN_PREFIX = "_token_prefix"
+TokenPrefix = tuple[list[str], list[int], list[str]]
+NO_TOKEN_PREFIX: TokenPrefix = ([], [], [])
 
 # Views that several later views read: computed once into tables by ``connect(materialize=)``.
 # DuckDB inlines views, so without this every reader recomputes the ASOF joins below it.
@@ -94,7 +99,8 @@ def create_views(con: duckdb.DuckDBPyConnection, meta: RunMeta,
                  materialize: tuple[str, ...] = (), sql: str = "current",
                  on_view: Callable[[str], None] | None = None, parts: int = 1,
                  accelerate: bool = True, bounded: Bounded | None = None,
-                 only: frozenset[str] | None = None) -> None:
+                 only: frozenset[str] | None = None,
+                 token_prefix: TokenPrefix = NO_TOKEN_PREFIX) -> None:
     """Bind the grids into ``_params`` and create every view (the table ``events`` must exist;
     ``only``: just those views and what they read, see :func:`creation_order`).
 
@@ -119,7 +125,7 @@ def create_views(con: duckdb.DuckDBPyConnection, meta: RunMeta,
         raise ValueError("bounded materializations need the current SQL set")
     try:
         _create_views(con, meta, materialize, sql, on_view, parts,
-                      accelerate and bounded is None, bounded, only)
+                      accelerate and bounded is None, bounded, only, token_prefix)
         if bounded is not None and bounded.finish(con) and on_view is not None:
             on_view(FINISH_NAME)
     finally:
@@ -130,7 +136,8 @@ def create_views(con: duckdb.DuckDBPyConnection, meta: RunMeta,
 def _create_views(con: duckdb.DuckDBPyConnection, meta: RunMeta, materialize: tuple[str, ...],
                   sql: str, on_view: Callable[[str], None] | None, parts: int,
                   accelerate: bool, bounded: Bounded | None,
-                  only: frozenset[str] | None) -> None:
+                  only: frozenset[str] | None,
+                  token_prefix: TokenPrefix = NO_TOKEN_PREFIX) -> None:
     if not 1 <= parts <= 4096:
         raise ValueError(f"parts must be 1..4096, got {parts}")
     if parts > 1 and not set(PARTITIONED_SETS[sql]) <= set(materialize):
@@ -143,6 +150,8 @@ def _create_views(con: duckdb.DuckDBPyConnection, meta: RunMeta, materialize: tu
         for i, st in enumerate(stmts):
             if name == PARAMS and i == 0:
                 con.execute(st.query, [meta.attention_grid_tokens, meta.recurrent_grid_tokens])
+            elif name == TOKEN_PREFIX and i == 0:
+                con.execute(st.query, list(token_prefix))
             elif name in materialize and i > 0:
                 continue  # comments are applied after the swap below
             else:
@@ -212,8 +221,8 @@ def connect(table: pa.Table, meta: RunMeta | None = None, *, source: str = "tabl
             copy: bool | None = None, materialize: bool = False, threads: int | None = None,
             memory_limit: str | None = None, sql: str = "current",
             on_view: Callable[[str], None] | None = None,
-            parts: int = 1, accelerate: bool = True, only: frozenset[str] | None = None
-            ) -> duckdb.DuckDBPyConnection:
+            parts: int = 1, accelerate: bool = True, only: frozenset[str] | None = None,
+            token_prefix: TokenPrefix = NO_TOKEN_PREFIX) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB connection with ``events`` and every lineage view. ``table`` needs
     the :data:`lineage.table.LINEAGE_COLUMNS` (``events`` holds whatever columns it has).
 
@@ -229,7 +238,9 @@ def connect(table: pa.Table, meta: RunMeta | None = None, *, source: str = "tabl
     :data:`SINGLE_THREAD_EVENTS` rows, else to DuckDB's default. ``meta`` defaults to the
     table's own ``hybridmem.meta``. ``sql`` names the SQL set (:data:`SQL_SETS`); ``on_view``
     see :func:`create_views` (it is also called with ``events`` once the table is loaded), and
-    ``parts``, ``accelerate`` and ``only`` too.
+    ``parts``, ``accelerate`` and ``only`` too. ``token_prefix`` binds ``_token_prefix``
+    (shared prefixes measured on prompt token ids; by default none, and ``_shared_prefix``
+    measures them on the hash chains).
     """
     sql_names(sql)  # an unknown set is a ValueError before any work
     check_columns(table, source, LINEAGE_COLUMNS)
@@ -250,7 +261,7 @@ def connect(table: pa.Table, meta: RunMeta | None = None, *, source: str = "tabl
     if on_view is not None:
         on_view(EVENTS)
     create_views(con, meta, HEAVY_SETS[sql] if materialize else (), sql, on_view, parts,
-                 accelerate, only=only)
+                 accelerate, only=only, token_prefix=token_prefix)
     return con
 
 

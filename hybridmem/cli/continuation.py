@@ -32,8 +32,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="greedy tokens per seeded case (default 16)")
     p.add_argument("--fault", default=None, metavar="NAME",
                    help="fault control: corrupt-checkpoint (every other case's retained "
-                   "checkpoint overwritten in place through the storage); with an organization "
-                   "also its own stale-checkpoint, swap-members, skip-invalidate")
+                   "checkpoint overwritten in place through the storage); with --org vllm also "
+                   "fresh-slot (every other consumer reads a slot holding another case's "
+                   "state) and boundary-shift (its adopted state is the one a block earlier); "
+                   "with an organization its own stale-checkpoint, swap-members, "
+                   "skip-invalidate")
     p.add_argument("--budget", default=None, metavar="B",
                    help="organization mode: per-layer budget as in `hybridmem run` (label bN, "
                    "bytes or a size; default b1536: no reclaim during a check of the tiny model)")

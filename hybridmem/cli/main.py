@@ -42,6 +42,7 @@ COMMANDS: dict[str, str] = {
     "continuation": "hybridmem.cli.continuation",
     "sim": "hybridmem.cli.sim",
     "campaign": "hybridmem.cli.campaign",
+    "diagnose": "hybridmem.cli.diagnose",
 }
 
 USAGE_EXIT = 2

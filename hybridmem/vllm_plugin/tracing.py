@@ -33,6 +33,11 @@ FINISH          ``Scheduler._free_request``
 END             ``Scheduler.shutdown`` closes the sink, which writes END
 ==============  ===========================================================================
 
+Beside the trace, ``<trace>.prefix_cache.json`` holds what vLLM's ``PrefixCacheStats`` would
+have summed over the run (``record_prefix_cache_stats``: requests, queries = prompt tokens,
+hits = local hit tokens; preempted requests apart), counted whether or not vLLM logs stats, so
+``hybridmem diagnose`` can set vLLM's own figures beside the trace's.
+
 ``allocate_slots`` holds back the LOSS and PUBLICATION events its call causes and, when it
 returns, emits [RESUME], ADOPTION, ALLOCATION and then those held events: the adoption stands at
 the lookup cut (the prefix the scheduler found before this allocation reclaimed or cached
@@ -65,10 +70,14 @@ from typing import Any
 from hybridmem.engines.trace_sink import Sink, open_sink
 from hybridmem.events import Cause, Event, EventKind, Outcome, StateKind, hash64
 from hybridmem.names import ENV_TRACE, ENV_TRACE_META
+from hybridmem.outputs import write_text_atomic
 
 TRACE_ENV = ENV_TRACE
 META_ENV = ENV_TRACE_META  # JSON object merged into the trace metadata
 _MARK = "_hybridmem_trace_init"
+PREFIX_CACHE_SUFFIX = ".prefix_cache.json"
+PREFIX_CACHE_KEYS = ("requests", "queries", "hits", "preempted_requests", "preempted_queries",
+                     "preempted_hits")
 TRACER_ATTR = "_hybridmem_tracer"
 
 
@@ -166,6 +175,7 @@ class EngineTracer:
         self.depth_of: dict[bytes, int] = {}  # discoverable key -> boundary tokens
         self.held: list[Event] | None = None  # events held back during allocate_slots
         self.hooked: list[tuple[Any, str]] = []  # (object, method name) wrapped by attach()
+        self.prefix_cache = dict.fromkeys(PREFIX_CACHE_KEYS, 0)
 
     # -- emission helpers ------------------------------------------------------------------
 
@@ -212,6 +222,9 @@ class EngineTracer:
         if not self.closed:
             self.closed = True
             self.sink.close()
+            path = getattr(self.sink, "path", None)
+            if path is not None:
+                write_text_atomic(f"{path}{PREFIX_CACHE_SUFFIX}", json.dumps(self.prefix_cache))
 
 
 def _wrap(obj: Any, name: str, make: Any) -> None:
@@ -345,6 +358,17 @@ def attach(scheduler: Any, path: str) -> EngineTracer:
             return blocks
         return f
 
+    def record_prefix_cache_stats(orig: Any) -> Any:
+        def f(request: Any, num_hits: int, *args: Any, **kwargs: Any) -> Any:
+            if kvm.prefix_cache_lookup_enabled(request):  # vLLM's own condition for counting
+                c = tracer.prefix_cache
+                pre = "preempted_" if request.num_preemptions > 0 else ""
+                c[pre + "requests"] += 1
+                c[pre + "queries"] += request.num_tokens
+                c[pre + "hits"] += num_hits
+            return orig(request, num_hits, *args, **kwargs)
+        return f
+
     # -- block pool --------------------------------------------------------------------------
     def insert_block_hash(orig: Any) -> Any:
         def f(key: bytes, block: Any, num_tokens: int | None) -> None:
@@ -399,7 +423,8 @@ def attach(scheduler: Any, path: str) -> EngineTracer:
         (scheduler, {"schedule": schedule, "add_request": add_request,
                      "_preempt_request": preempt, "_free_request": free_request,
                      "shutdown": shutdown}),
-        (kvm, {"allocate_slots": allocate_slots}),
+        (kvm, {"allocate_slots": allocate_slots,
+               "record_prefix_cache_stats": record_prefix_cache_stats}),
         (kvm.coordinator, {"get_num_blocks_to_allocate": num_blocks_to_allocate}),
         (pool, {"_insert_block_hash": insert_block_hash,
                 "_remove_cached_block_hashes": remove_cached_block_hashes,

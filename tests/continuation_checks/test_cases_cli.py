@@ -72,7 +72,9 @@ def test_cases_file_round_trip_and_errors(tmp_path: Path):
     (["--org", "vllm", "--fault", "swap-members"], "--fault swap-members: an organization's "
      "fault"),
     (["--org", "S2", "--fault", "stale"], "--fault 'stale': not one of corrupt-checkpoint, "
-     "stale-checkpoint, swap-members, skip-invalidate"),
+     "fresh-slot, boundary-shift, stale-checkpoint, swap-members, skip-invalidate"),
+    (["--org", "S2", "--fault", "boundary-shift"], "--fault boundary-shift: a fault of the "
+     "stock path; it needs --org vllm"),
     (["--fault", "bogus"], "--fault 'bogus': not one of"),
     (["--cases-file", "/nonexistent/cases.jsonl"], "no such file"),
     (["--cases", "ten"], "invalid int value: 'ten'"),

@@ -12,7 +12,7 @@ pytestmark = pytest.mark.vllm
 
 HOOKED = {
     "scheduler": ("schedule", "add_request", "_preempt_request", "_free_request", "shutdown"),
-    "kvm": ("allocate_slots",),
+    "kvm": ("allocate_slots", "record_prefix_cache_stats"),
     "coordinator": ("get_num_blocks_to_allocate",),
     "pool": ("_insert_block_hash", "_remove_cached_block_hashes", "move_block_hashes",
              "cache_full_blocks", "reset_prefix_cache"),
