@@ -38,7 +38,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    "(default falcon-h1-7b; with --replay the recorded model's geometry)")
     p.add_argument("--device", default="a100-40gb", choices=sorted(DEVICES),
                    help="GPU preset of the cost model (default a100-40gb, the paper's)")
-    p.add_argument("--org", default=None, metavar="ORG",
+    p.add_argument("--org", default=models.DEFAULT_ORG, action=_OrgGiven, metavar="ORG",
                    help=f"memory organization: {', '.join(models.ORG_CHOICES)} ('vllm': "
                    f"vLLM's own KV-cache manager; default {models.DEFAULT_ORG}, as `run` and "
                    "`continuation`); with --replay also a comma list or 'all' (default all)")
@@ -102,6 +102,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    "summary; calibrate: the fit)")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(func=run)
+
+
+class _OrgGiven(argparse.Action):
+    """``--org``, remembering that it was given (a replay runs every organization unless
+    told otherwise; a plain run defaults to one)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: object, option_string: str | None = None) -> None:
+        namespace.org = values
+        namespace.org_given = True
 
 
 def parse_costs(items: list[str]) -> dict[str, float]:
@@ -196,8 +206,6 @@ def run(args: argparse.Namespace) -> int:
         return _calibrate(args)
     if args.replay is not None:
         return _replay(args, named_model)
-    if args.org is None:
-        args.org = models.DEFAULT_ORG
     if args.org not in models.ORG_CHOICES:
         raise HybridMemError(f"--org {args.org!r}: expected one of "
                              f"{', '.join(models.ORG_CHOICES)} (a list or 'all' only with "
@@ -243,7 +251,7 @@ def _replay(args: argparse.Namespace, model: str | None) -> int:
     if given:
         raise HybridMemError(f"--{given[0].replace('_', '-')} does not apply to --replay: the "
                              "recorded run fixes the workload, cap and model limit")
-    text = args.org or "all"
+    text = args.org if getattr(args, "org_given", False) else "all"
     arms = list(models.ORG_CHOICES) if text == "all" else [o.strip() for o in text.split(",")]
     bad = [o for o in arms if o not in models.ORG_CHOICES]
     if bad or not arms or len(set(arms)) != len(arms):

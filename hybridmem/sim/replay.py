@@ -338,7 +338,7 @@ def replay(rec: Recorded, arms: list[Arm], conditions: dict[str, Any], out: Path
         same_geometry = conditions["geometry"] == "recorded"
         if arm.org == "vllm" and rec.org == "vllm" and same_geometry and rec.cached:
             fid = fidelity(rec, Path(arm.config.out), arrivals)
-    recorded_row = _row(f"recorded ({rec.org})", rec.summary)
+    recorded_row = _row(f"recorded {rec.org}", rec.summary)
     doc = {"conditions": {**conditions, "arrivals": arrivals}, "recorded": recorded_row,
            "arms": rows, "skipped": skipped, "fidelity": fid}
     out.mkdir(parents=True, exist_ok=True)
