@@ -130,3 +130,18 @@ def test_replay_of_a_real_cpu_run(tmp_path: Path) -> None:
         if arrivals == "steps":
             assert f["requests_differing"] == 0 and f["admissions_same_step"] == 24
         assert abs(f["relative_difference"]) <= 0.02
+
+
+@pytest.mark.vllm
+def test_nemotron_h_builds_every_organization_but_d0(tmp_path: Path) -> None:
+    """transformers' NemotronHConfig does not serialize num_hidden_layers (it derives it from
+    its layer types); the organizations' geometry must still read it."""
+    from hybridmem.sim import vllm_env
+    from hybridmem.sim.model_shape import load_shape
+
+    vc = vllm_env.engine_config(load_shape("nemotron-h-8b"), 8, 8192, 2048, 0)
+    assert "num_hidden_layers" not in vc.model_config.hf_config.to_dict()  # the case at hand
+    s = run_sim(SimConfig(model="nemotron-h-8b", org="S2", requests=4, out=tmp_path / "s2"))
+    assert s.summary["completed"] == 4
+    with pytest.raises(HybridMemError, match="attention"):
+        run_sim(SimConfig(model="nemotron-h-8b", org="D0", requests=4, out=tmp_path / "d0"))
