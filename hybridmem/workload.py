@@ -21,6 +21,10 @@ not published (§4.5), so this module fixes one concrete generator with those pr
   (sigma 0.9; the output shape is this module's choice, the paper gives none). For another
   limit every length is scaled by ``model_limit / 8192`` (limit 512: inputs in [2, 448], mean
   208.25, outputs capped at 64), so ``L_i + O_i <= model_limit`` always.
+- System prompts (``system_prompt_min`` / ``system_prompt_max``, optional): context ``c`` gets
+  a length ``S_c ~ U{min..max}`` and ``P_i = min(round(q L_i), S_c)``, so at ``q = 1`` every
+  request opens with its context's system prompt (or is a prefix of it) and continues with
+  request-unique tokens: chat-like sharing of a fixed prefix shorter than most prompts.
 - Arrivals: the first request at 0 s, then exponential gaps of mean ``1 / rate``.
 - ``isolate``: a request-unique ``cache_salt`` (SPEC §5) so no cross-request prefix hit.
 
@@ -57,7 +61,9 @@ MANIFEST_FORMAT = "hybridmem-workload"
 MANIFEST_VERSION = 1
 
 # Child streams of SeedSequence(seed); fixed positions keep each stream independent of the others.
-_STREAMS = ("contexts", "input_len", "output_len", "context_choice", "own_tokens", "arrivals")
+# (a stream appended later leaves the earlier ones unchanged: child i depends on i alone)
+_STREAMS = ("contexts", "input_len", "output_len", "context_choice", "own_tokens", "arrivals",
+            "system_prompt")
 
 
 class WorkloadError(HybridMemError):
@@ -79,6 +85,8 @@ class WorkloadSpec:
     num_contexts: int = NUM_CONTEXTS
     output_cap: int | None = None    # default: 1,024 scaled to model_limit
     mean_input: float | None = None  # default: 3,332 scaled to model_limit
+    system_prompt_min: int | None = None  # per-context shared-prefix length S_c ~ U{min..max}
+    system_prompt_max: int | None = None  # (both or neither; None: P_i = round(q L_i))
 
 
 @dataclass(frozen=True)
@@ -183,6 +191,13 @@ def check_spec(spec: WorkloadSpec) -> None:
                             f"{spec.model_limit})")
     if spec.seed < 0:
         raise WorkloadError(f"seed must be >= 0, got {spec.seed}")
+    lo, hi = spec.system_prompt_min, spec.system_prompt_max
+    if (lo is None) != (hi is None):
+        raise WorkloadError("system prompt lengths need both a minimum and a maximum")
+    if lo is not None and hi is not None and not (
+            isinstance(lo, int) and isinstance(hi, int) and 1 <= lo <= hi):
+        raise WorkloadError(f"system prompt lengths must be integers 1 <= min <= max, got "
+                            f"[{lo}, {hi}]")
 
 
 def sample_lengths(spec: WorkloadSpec) -> tuple[np.ndarray, np.ndarray]:
@@ -245,11 +260,15 @@ def make_workload(spec: WorkloadSpec) -> Workload:
     contexts = streams["contexts"].integers(lo, hi, (spec.num_contexts, plan.max_input))
     choice = streams["context_choice"].integers(0, spec.num_contexts, spec.num_requests)
     own_rng = streams["own_tokens"]
+    system = (None if spec.system_prompt_min is None else streams["system_prompt"].integers(
+        spec.system_prompt_min, int(spec.system_prompt_max or 0) + 1, spec.num_contexts))
     requests = []
     for i in range(spec.num_requests):
         length = int(inputs[i])
         own = own_rng.integers(lo, hi, length)  # drawn at full length whatever q is
         shared = int(round(spec.share * length))
+        if system is not None:
+            shared = min(shared, int(system[choice[i]]))
         prompt = np.concatenate((contexts[choice[i], :shared], own[shared:]))
         rid = f"s{spec.seed}-r{i:05d}"
         requests.append(WorkloadRequest(

@@ -33,14 +33,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("form", nargs="*", metavar="calibrate TIMING",
                    help="'calibrate TIMING': fit the cost constants to measured step times")
-    p.add_argument("--model", default="falcon-h1-7b", metavar="M",
+    p.add_argument("--model", default=None, metavar="M",
                    help=f"preset ({', '.join(SHIPPED)}), a config.json or a model directory "
-                   "(default falcon-h1-7b)")
+                   "(default falcon-h1-7b; with --replay the recorded model's geometry)")
     p.add_argument("--device", default="a100-40gb", choices=sorted(DEVICES),
                    help="GPU preset of the cost model (default a100-40gb, the paper's)")
-    p.add_argument("--org", default=models.DEFAULT_ORG, choices=models.ORG_CHOICES,
-                   help="memory organization ('vllm': vLLM's own KV-cache manager; default "
-                   "%(default)s, as `run` and `continuation`)")
+    p.add_argument("--org", default=models.DEFAULT_ORG, action=_OrgGiven, metavar="ORG",
+                   help=f"memory organization: {', '.join(models.ORG_CHOICES)} ('vllm': "
+                   f"vLLM's own KV-cache manager; default {models.DEFAULT_ORG}, as `run` and "
+                   "`continuation`); with --replay also a comma list or 'all' (default all)")
     p.add_argument("--budget", default=None, metavar="B",
                    help="per-layer budget: label bN, bytes, or a size like 96MiB (default b63, "
                    "the paper's main point)")
@@ -86,6 +87,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="override one cost constant (repeatable), e.g. --cost mfu=0.5")
     p.add_argument("--step-log", action="store_true",
                    help="also write OUT/steps.parquet (per-step features and durations)")
+    p.add_argument("--replay", type=Path, default=None, metavar="RUN",
+                   help="re-run a recorded run's workload (RUN: a run directory with "
+                   "workload.json, or its trace) under each --org at the same bytes; writes "
+                   "OUT/<org>/ and OUT/comparison.md (hybridmem/sim/README.md, 'Replay')")
+    p.add_argument("--replay-arrivals", default="planned", choices=("planned", "steps"),
+                   help="with --replay: requests enter at their planned arrival on virtual "
+                   "time (default), or at the scheduler step they entered the recorded run "
+                   "(its trace)")
     p.add_argument("--out", type=Path, default=None, metavar="DIR",
                    help="output directory (a run); for calibrate: the fit as JSON")
     p.add_argument("--json", action="store_true",
@@ -93,6 +102,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    "summary; calibrate: the fit)")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(func=run)
+
+
+class _OrgGiven(argparse.Action):
+    """``--org``, remembering that it was given (a replay runs every organization unless
+    told otherwise; a plain run defaults to one)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: object, option_string: str | None = None) -> None:
+        namespace.org = values
+        namespace.org_given = True
 
 
 def parse_costs(items: list[str]) -> dict[str, float]:
@@ -177,11 +196,20 @@ def _calibrate(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    named_model = args.model
+    if args.model is None:
+        args.model = "falcon-h1-7b"
     if args.form:
         if args.form[0] != "calibrate":
             raise HybridMemError(f"unknown form {args.form[0]!r}; the only form is "
                                  "'calibrate TIMING' (a run takes options only)")
         return _calibrate(args)
+    if args.replay is not None:
+        return _replay(args, named_model)
+    if args.org not in models.ORG_CHOICES:
+        raise HybridMemError(f"--org {args.org!r}: expected one of "
+                             f"{', '.join(models.ORG_CHOICES)} (a list or 'all' only with "
+                             "--replay)")
     cfg = _config(args)
     from hybridmem.sim.run import run_sim
 
@@ -207,3 +235,52 @@ def run(args: argparse.Namespace) -> int:
           file=sys.stderr)
     verdict = s.get("trace_verdict")
     return 1 if isinstance(verdict, dict) and not verdict.get("accepted") else 0
+
+
+REPLAY_OPTIONS = ("requests", "rate", "share", "seed", "cap", "isolate", "max_model_len")
+
+
+def _replay(args: argparse.Namespace, model: str | None) -> int:
+    """``--replay RUN``: the recorded workload under each organization, and the comparison."""
+    from hybridmem.sim.replay import load_recorded, plan_replay, replay
+    from hybridmem.sim.run import SimConfig
+
+    defaults = {"requests": 300, "rate": 3.0, "share": 0.5, "seed": 0, "cap": None,
+                "isolate": False, "max_model_len": 8192}
+    given = [k for k in REPLAY_OPTIONS if getattr(args, k) != defaults[k]]
+    if given:
+        raise HybridMemError(f"--{given[0].replace('_', '-')} does not apply to --replay: the "
+                             "recorded run fixes the workload, cap and model limit")
+    text = args.org if getattr(args, "org_given", False) else "all"
+    arms = list(models.ORG_CHOICES) if text == "all" else [o.strip() for o in text.split(",")]
+    bad = [o for o in arms if o not in models.ORG_CHOICES]
+    if bad or not arms or len(set(arms)) != len(arms):
+        raise HybridMemError(f"--org {text!r}: expected 'all' or a comma list of distinct "
+                             f"{', '.join(models.ORG_CHOICES)}")
+    if args.out is None:
+        raise HybridMemError("--out DIR is required")
+    if args.out.exists() and not args.out.is_dir():
+        raise HybridMemError(f"--out {str(args.out)!r} exists and is not a directory")
+    if args.trace is not None:
+        raise HybridMemError("--trace does not apply to --replay: each arm traces into "
+                             "OUT/<org>/trace (or --no-trace)")
+    if model is not None:
+        models.simulated(model)
+    rec = load_recorded(args.replay)
+    base = SimConfig(headroom=args.headroom, pin_k=args.pin_k, retention=args.retention,
+                     check_invariants=args.check_invariants, chunking=args.chunking,
+                     constants=parse_costs(args.cost), step_log=args.step_log)
+    planned, conditions = plan_replay(rec, arms, args.out, model=model, budget=args.budget,
+                                      device=args.device,
+                                      attention_fraction=args.attention_fraction,
+                                      trace=not args.no_trace, base=base)
+    from hybridmem.sim.replay import COMPARISON_MD, format_comparison
+
+    doc = replay(rec, planned, conditions, args.out, arrivals=args.replay_arrivals,
+                 progress=not args.quiet)
+    if args.json:
+        print(json.dumps(doc, indent=2, default=str))
+    else:
+        print(format_comparison(doc))
+    print(f"wrote {args.out}/<org>/ and {args.out / COMPARISON_MD}", file=sys.stderr)
+    return 0

@@ -80,7 +80,8 @@ def _cell_job(spec_fixed: dict[str, Any], cell: dict[str, Any], out_dir: str) ->
                     out=tmp, max_model_len=spec_fixed["max_model_len"],
                     constants=spec_fixed["cost"], grid=spec_fixed.get("grid"),
                     attention_fraction=spec_fixed.get("attention_fraction"),
-                    chunking=cell.get("chunking"))
+                    chunking=cell.get("chunking"),
+                    system_prompt=_pair(spec_fixed.get("system_prompt_tokens")))
     result = run_sim(cfg)
     if traced:
         _write_json(tmp / LINEAGE_FILE, cell_lineage(result.summary["trace_path"]))
@@ -144,10 +145,15 @@ def row_of(cell_id: str, cell: dict[str, Any], summary: dict[str, Any],
     return row
 
 
+def _pair(v: Any) -> tuple[int, int] | None:
+    return None if v is None else (int(v[0]), int(v[1]))
+
+
 def _fixed(spec: CampaignSpec) -> dict[str, Any]:
     return {"model": spec.model, "device": spec.device, "requests": spec.requests,
             "max_model_len": spec.max_model_len, "cost": dict(spec.cost), "grid": spec.grid,
-            "attention_fraction": spec.attention_fraction}
+            "attention_fraction": spec.attention_fraction,
+            "system_prompt_tokens": spec.system_prompt_tokens}
 
 
 def run_campaign(spec: CampaignSpec, out: Path, workers: int = 1, ray_address: str | None = None,

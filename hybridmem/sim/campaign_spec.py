@@ -8,6 +8,8 @@
     device = "a100-40gb"
     requests = 300
     max_model_len = 8192            # optional (8192)
+    system_prompt_tokens = [300, 1200]  # optional: per-context shared prefix S_c ~ U{lo..hi},
+                                    # P_i = min(q L_i, S_c) (hybridmem.workload)
 
     [grid]                          # every combination is one cell; scalars count as one value
     org = ["S0", "S1", "S2"]
@@ -70,7 +72,7 @@ AXES = ("org", "budget", "rate", "cap", "headroom", "pin_k", "retention", "share
 # cell keeps its directory
 LATE_AXES = {"chunking": None, "trace": False}
 FIXED = ("name", "model", "device", "requests", "max_model_len", "grid", "attention_fraction",
-         "question")
+         "question", "system_prompt_tokens")
 MAX_CELLS = 20_000
 
 
@@ -129,6 +131,7 @@ class CampaignSpec:
     level: float = 0.95
     question: str | None = None   # "Q1".."Q9": the paper's question (Table 2) it answers
     paper: tuple[Any, ...] = ()   # campaign_paper.PaperFigure: the paper's figures beside it
+    system_prompt_tokens: tuple[int, int] | None = None  # workload: per-context prefix range
 
     def cell_id(self, cell: Cell) -> str:
         fixed: dict[str, Any] = {"model": self.model, "device": self.device,
@@ -138,6 +141,8 @@ class CampaignSpec:
             fixed["grid"] = self.grid
         if self.attention_fraction is not None:
             fixed["attention_fraction"] = self.attention_fraction
+        if self.system_prompt_tokens is not None:
+            fixed["system_prompt_tokens"] = list(self.system_prompt_tokens)
         key = {"fixed": fixed,
                "cell": cell.id_params}
         digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
@@ -288,6 +293,7 @@ def load_spec(path: str | Path) -> CampaignSpec:
     frac = camp.get("attention_fraction")
     if frac is not None:
         frac = float(_num(frac, "attention_fraction", 1e-9, 1 - 1e-9))
+    system = _system_prompt(camp.get("system_prompt_tokens"), p.name)
     cost = raw.get("cost", {})
     from hybridmem.sim.cost import CostConstants
 
@@ -320,4 +326,17 @@ def load_spec(path: str | Path) -> CampaignSpec:
                         "falcon-h1-7b")), device=device, requests=requests, max_model_len=mml,
                         cells=cells, cost={k: float(v) for k, v in cost.items()},
                         contrasts=tuple(contrasts), metrics=metrics, level=float(level),
-                        grid=grid, attention_fraction=frac, question=question, paper=paper)
+                        grid=grid, attention_fraction=frac, question=question, paper=paper,
+                        system_prompt_tokens=system)
+
+
+def _system_prompt(v: Any, name: str) -> tuple[int, int] | None:
+    """``[campaign] system_prompt_tokens = [lo, hi]`` checked (None when absent)."""
+    if v is None:
+        return None
+    if (not isinstance(v, list) or len(v) != 2
+            or any(not isinstance(x, int) or isinstance(x, bool) for x in v)
+            or not 1 <= v[0] <= v[1] <= 1 << 20):
+        raise HybridMemError(f"{name}: campaign.system_prompt_tokens {v!r} must be [lo, hi], "
+                             "integers with 1 <= lo <= hi")
+    return int(v[0]), int(v[1])

@@ -22,6 +22,7 @@ can share them with another (prompts differ before them).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import sys
 import time
@@ -74,6 +75,16 @@ def make_request(r: WorkloadRequest, hasher: Any, arrival: float) -> Any:
                    cache_salt=r.cache_salt, block_hasher=hasher)
 
 
+def _due(r: WorkloadRequest, now: float, steps: int, entry_steps: dict[str, int] | None,
+         busy: bool) -> bool:
+    """Whether ``r`` is submitted before the next step: at its planned arrival, or (replaying
+    recorded entry steps) once the scheduler has run its step count; an idle engine takes the
+    next request at once (a recorded engine does not step while idle)."""
+    if entry_steps is None:
+        return r.arrival_s <= now
+    return entry_steps[r.request_id] <= steps or not busy
+
+
 def _count_preemptions(scheduler: Any) -> list[int]:
     counter = [0]
     orig = scheduler._preempt_request
@@ -87,8 +98,14 @@ def _count_preemptions(scheduler: Any) -> list[int]:
 
 
 def simulate(scheduler: Any, requests: Sequence[WorkloadRequest], cost: CostModel,
-             hasher: Any, progress: bool = False) -> SimOutcome:
+             hasher: Any, progress: bool = False,
+             entry_steps: dict[str, int] | None = None) -> SimOutcome:
     """Serve ``requests`` (open loop, planned arrivals) through ``scheduler`` on virtual time.
+
+    ``entry_steps`` (a replay of a recorded run, :mod:`hybridmem.sim.replay`): submit each
+    request when the scheduler has run as many steps as it had in the recorded run when the
+    request entered (its trace's WAITING_ENTRY step), instead of at its planned arrival; its
+    TTFT and E2E then count from the virtual time it was submitted.
 
     ``polls``: the running and waiting request counts at every whole virtual second, as the
     paper's one-second poller sampled vLLM's gauges (the counts the step spanning that second
@@ -99,7 +116,14 @@ def simulate(scheduler: Any, requests: Sequence[WorkloadRequest], cost: CostMode
     records = {r.request_id: RequestRecord(r) for r in requests}
     for rec in records.values():
         rec.engine_id = rec.spec.request_id
-    pending = sorted(requests, key=lambda r: r.arrival_s)
+    if entry_steps is None:
+        pending = sorted(requests, key=lambda r: r.arrival_s)
+    else:
+        missing = [r.request_id for r in requests if r.request_id not in entry_steps]
+        if missing:
+            raise HybridMemError(f"no recorded entry step for {len(missing)} requests "
+                                 f"(first {missing[0]!r})")
+        pending = sorted(requests, key=lambda r: (entry_steps[r.request_id], r.arrival_s))
     preempts = _count_preemptions(scheduler)
     log = StepLog()
     parts = dict.fromkeys(("gemm_s", "attention_s", "recurrent_s", "checkpoint_s", "overhead_s",
@@ -113,8 +137,11 @@ def simulate(scheduler: Any, requests: Sequence[WorkloadRequest], cost: CostMode
     tick = 1.0
     record_steps = 0
     while nxt < total or scheduler.has_unfinished_requests():
-        while nxt < total and pending[nxt].arrival_s <= now:
+        while nxt < total and _due(pending[nxt], now, steps, entry_steps,
+                                   scheduler.has_unfinished_requests()):
             r = pending[nxt]
+            if entry_steps is not None:  # submitted now: times count from here
+                r = records[r.request_id].spec = dataclasses.replace(r, arrival_s=now)
             scheduler.add_request(make_request(r, hasher, r.arrival_s))
             records[r.request_id].submitted = r.arrival_s
             nxt += 1
@@ -141,7 +168,8 @@ def simulate(scheduler: Any, requests: Sequence[WorkloadRequest], cost: CostMode
                 raise HybridMemError(
                     f"the scheduler runs nothing with {len(scheduler.waiting)} requests waiting "
                     "and none running: the KV cache is too small for one request at this budget")
-            if nxt < total and pending[nxt].arrival_s > now:  # wait for it rather than spin
+            if (entry_steps is None and nxt < total
+                    and pending[nxt].arrival_s > now):  # wait for it rather than spin
                 parts["idle_s"] += pending[nxt].arrival_s - now
                 now = pending[nxt].arrival_s
         else:

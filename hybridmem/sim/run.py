@@ -26,7 +26,7 @@ from hybridmem.sim import executor, orgs, vllm_env
 from hybridmem.sim.cost import CostConstants, CostModel
 from hybridmem.sim.devices import DEVICES, get_device
 from hybridmem.sim.model_shape import load_shape
-from hybridmem.workload import WorkloadSpec, make_workload
+from hybridmem.workload import Workload, WorkloadSpec, load_manifest, make_workload
 
 TRACE_FILE = "trace.hmt"
 MAX_REQUESTS = 100_000
@@ -57,6 +57,13 @@ class SimConfig:
     max_model_len: int = 8192
     constants: dict[str, float] = field(default_factory=dict)
     step_log: bool = False
+    # replay (hybridmem.sim.replay): the recorded workload instead of a generated one, the
+    # recorded engine's step token budget and, for --org vllm, its block size (None: the device
+    # preset's budget, vLLM's GPU block)
+    replay: Path | None = None
+    max_num_batched_tokens: int | None = None
+    stock_block: int | None = None
+    system_prompt: tuple[int, int] | None = None  # per-context shared prefix range (workload)
 
     def check(self) -> SimConfig:
         """Every field's type and range; HybridMemError naming the offending value."""
@@ -97,6 +104,16 @@ class SimConfig:
         if self.chunking is not None and self.chunking not in getattr(orgs, "CHUNKINGS", ()):
             raise bad(f"unknown chunking {self.chunking!r}; expected one of "
                       f"{', '.join(getattr(orgs, 'CHUNKINGS', ())) or '(none in this build)'}")
+        if self.max_num_batched_tokens is not None and not (
+                isinstance(self.max_num_batched_tokens, int)
+                and 16 <= self.max_num_batched_tokens <= 1 << 20):
+            raise bad(f"max_num_batched_tokens must be an integer in [16, 2^20], "
+                      f"got {self.max_num_batched_tokens}")
+        if self.stock_block is not None and (self.org != "vllm" or not (
+                isinstance(self.stock_block, int) and self.stock_block >= 16
+                and self.stock_block % 16 == 0)):
+            raise bad(f"a recorded block size applies to --org vllm only and must be a "
+                      f"multiple of 16 tokens, got {self.stock_block} for {self.org}")
         CostConstants().with_values(**self.constants)
         return self
 
@@ -109,22 +126,46 @@ def check_budget(cfg: SimConfig) -> None:
     parse_budget(cfg.budget, derive_units(load_shape(cfg.model).geometry))
 
 
-def run_sim(cfg: SimConfig, progress: bool = False) -> RunResult:
-    """Simulate one run and write its outputs into ``cfg.out``."""
+def sim_workload(cfg: SimConfig, vocab: int) -> Workload:
+    """The generated workload of ``cfg``, or the recorded one it replays (token ids checked
+    against the model's vocabulary)."""
+    if cfg.replay is None:
+        return make_workload(WorkloadSpec(
+            vocab_size=vocab, num_requests=cfg.requests, rate=cfg.rate, share=cfg.share,
+            seed=cfg.seed, isolate=cfg.isolate, model_limit=cfg.max_model_len,
+            system_prompt_min=cfg.system_prompt[0] if cfg.system_prompt else None,
+            system_prompt_max=cfg.system_prompt[1] if cfg.system_prompt else None))
+    workload = load_manifest(cfg.replay)
+    top = max(max(r.prompt_token_ids, default=0) for r in workload.requests)
+    if top >= vocab:
+        raise HybridMemError(f"{str(cfg.replay)!r}: token id {top} is outside the model's "
+                             f"vocabulary of {vocab}")
+    longest = max(r.num_input_tokens + r.max_output_tokens for r in workload.requests)
+    if longest > cfg.max_model_len:
+        raise HybridMemError(f"{str(cfg.replay)!r}: a request of {longest} tokens exceeds the "
+                             f"model limit {cfg.max_model_len}")
+    return workload
+
+
+def run_sim(cfg: SimConfig, progress: bool = False,
+            entry_steps: dict[str, int] | None = None) -> RunResult:
+    """Simulate one run and write its outputs into ``cfg.out``; ``entry_steps`` submits each
+    request at a recorded scheduler step instead of its planned arrival (a replay)."""
     cfg.check()
     check_budget(cfg)
     t_init = time.perf_counter()
     shape = load_shape(cfg.model)
     device = get_device(cfg.device)
-    workload = make_workload(WorkloadSpec(
-        vocab_size=shape.vocab, num_requests=cfg.requests, rate=cfg.rate, share=cfg.share,
-        seed=cfg.seed, isolate=cfg.isolate, model_limit=cfg.max_model_len))
+    workload = sim_workload(cfg, shape.vocab)
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     manifest = workload.save_manifest(out / "workload.json")
-    vc = vllm_env.engine_config(shape, cfg.cap, cfg.max_model_len,
-                                device.max_num_batched_tokens, cfg.seed,
+    budget_tokens = (device.max_num_batched_tokens if cfg.max_num_batched_tokens is None
+                     else cfg.max_num_batched_tokens)
+    vc = vllm_env.engine_config(shape, cfg.cap, cfg.max_model_len, budget_tokens, cfg.seed,
                                 admit_first_chunk=cfg.admit_first_chunk)
+    if cfg.stock_block is not None:
+        vllm_env.set_stock_block(vc, cfg.stock_block)
     choice = orgs.OrgChoice(cfg.org, cfg.budget, cfg.headroom, cfg.pin_k, cfg.retention,
                             cfg.grid, cfg.attention_fraction, cfg.check_invariants,
                             chunking=cfg.chunking)
@@ -141,7 +182,7 @@ def run_sim(cfg: SimConfig, progress: bool = False) -> RunResult:
     init_s = time.perf_counter() - t_init
     try:
         outcome = executor.simulate(sched, workload.requests, cost, built.detail["hasher"],
-                                    progress=progress)
+                                    progress=progress, entry_steps=entry_steps)
     finally:
         # always: the tracer closes the sink (END), and an organization's scheduler hands back
         # the process-global state table and fault it activated, so a later engine in this
@@ -160,6 +201,7 @@ def run_sim(cfg: SimConfig, progress: bool = False) -> RunResult:
         "chunking": built.detail["chunking"]["name"],
         "chunk_align_tokens": built.detail["chunking"]["align_tokens"],
         "admission_gate": "first chunk" if cfg.admit_first_chunk else "whole sequence",
+        "max_num_batched_tokens": budget_tokens,
         "steps": outcome.steps, "wall_s": outcome.wall_s, "init_wall_s": init_s,
         "time_parts_s": outcome.time_parts_s,
         "cost_model": cost.describe(),

@@ -113,6 +113,22 @@ def set_grid(vc: Any, grid: int) -> None:
     vc._hybridmem_sim["placeholder_state"] = vc._hybridmem_sim["mamba_page"] > grid * a1
 
 
+def set_stock_block(vc: Any, block: int) -> None:
+    """vLLM's own manager on a recorded block of ``block`` tokens (a platform that pads the
+    Mamba page further than a GPU, e.g. the CPU's 128-token steps: 256 tokens for the tiny
+    model) instead of the GPU rule; the block must still hold one Mamba state."""
+    info = vc._hybridmem_sim
+    a1 = info["attn_bytes_per_token"]
+    if not isinstance(block, int) or block < 16 or block % 16 or block * a1 < info["mamba_page"]:
+        raise HybridMemError(f"a stock block of {block} tokens ({block * a1} B) must be a "
+                             f"multiple of 16 tokens holding the {info['mamba_page']}-B Mamba "
+                             "state")
+    cc = vc.cache_config
+    cc.block_size = block
+    cc.mamba_block_size = block
+    cc.mamba_page_size_padded = block * a1 if block * a1 != info["mamba_page"] else None
+
+
 def kv_specs(vc: Any, shape: ModelShape, one_layer_each: bool = False) -> dict[str, Any]:
     """Layer name -> KV-cache spec, one per attention and per Mamba layer (or one of each)."""
     from vllm.v1.kv_cache_interface import FullAttentionSpec, MambaSpec

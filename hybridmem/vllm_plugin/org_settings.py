@@ -120,7 +120,11 @@ def settings_from(additional_config: dict[str, Any] | None) -> OrgSettings | Non
 # -- geometry and grid --------------------------------------------------------------------------
 def serving_geometry(vllm_config: Any) -> Geometry:
     """The model's per-layer geometry with the SSM dtype vLLM actually stores state in."""
-    cfg = vllm_config.model_config.hf_config.to_dict()
+    hf = vllm_config.model_config.hf_config
+    cfg = hf.to_dict()
+    if "num_hidden_layers" not in cfg and getattr(hf, "num_hidden_layers", None):
+        # transformers' NemotronHConfig derives it from its layer types and does not serialize it
+        cfg["num_hidden_layers"] = hf.num_hidden_layers
     cache = vllm_config.cache_config
     model_dtype = str(vllm_config.model_config.dtype).removeprefix("torch.")
     ssm = str(cache.mamba_ssm_cache_dtype)

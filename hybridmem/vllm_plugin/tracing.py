@@ -131,6 +131,11 @@ def run_meta(scheduler: Any) -> dict[str, Any]:
         "model": str(vc.model_config.model),
         "seed": vc.model_config.seed,
         "max_num_seqs": scheduler.scheduler_config.max_num_seqs,
+        # what a replay needs to schedule as this engine did (hybridmem sim --replay)
+        "max_num_batched_tokens": scheduler.scheduler_config.max_num_batched_tokens,
+        "max_model_len": vc.model_config.max_model_len,
+        "scheduler_reserve_full_isl": bool(getattr(vc.scheduler_config,
+                                                   "scheduler_reserve_full_isl", True)),
     }
     extra = os.environ.get(META_ENV)
     if extra:

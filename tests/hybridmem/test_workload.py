@@ -149,3 +149,40 @@ def test_manifest_round_trip_and_tamper_detection(tmp_path):
 def test_bad_specs_name_the_value(kw, needle):
     with pytest.raises(WorkloadError, match=needle):
         make_workload(WorkloadSpec(**{**TINY, **kw}))
+
+
+def test_system_prompts_cap_the_shared_prefix_per_context(tmp_path):
+    """Chat-like sharing: each context's system prompt S_c in [lo, hi]; a request shares
+    min(q L_i, S_c) tokens; lengths, contexts, targets and arrivals stay the seed's."""
+    base = WorkloadSpec(num_requests=120, share=1.0, seed=5, **TINY)
+    plain = make_workload(base)
+    chat = make_workload(WorkloadSpec(**{**base.__dict__, "system_prompt_min": 60,
+                                         "system_prompt_max": 150}))
+    key = [[(r.num_input_tokens, r.context_id, r.max_output_tokens, r.arrival_s)
+            for r in w.requests] for w in (plain, chat)]
+    assert key[0] == key[1]
+    system: dict[int, int] = {}
+    for r in chat.requests:
+        system[r.context_id] = max(system.get(r.context_id, 0), r.shared_prefix_tokens)
+    assert all(60 <= s <= 150 for s in system.values()) and len(set(system.values())) > 1
+    for r in chat.requests:
+        s = system[r.context_id]
+        assert r.shared_prefix_tokens == min(r.num_input_tokens, s)
+    by_ctx = defaultdict(list)
+    for r in chat.requests:
+        by_ctx[r.context_id].append(r)
+    for rs in by_ctx.values():  # two long requests share exactly the system prompt
+        long = [r for r in rs if r.num_input_tokens > system[r.context_id]]
+        for a, b in zip(long, long[1:], strict=False):
+            assert common_prefix(a.prompt_token_ids, b.prompt_token_ids) == system[a.context_id]
+    # negative control: without system prompts the same requests share their whole prompts
+    assert any(r.shared_prefix_tokens > 150 for r in plain.requests)
+    assert load_manifest(chat.save_manifest(tmp_path)) == chat
+
+
+@pytest.mark.parametrize("kw", [dict(system_prompt_min=10),
+                                dict(system_prompt_min=50, system_prompt_max=40),
+                                dict(system_prompt_min=0, system_prompt_max=40)])
+def test_bad_system_prompt_ranges(kw):
+    with pytest.raises(WorkloadError, match="system prompt"):
+        make_workload(WorkloadSpec(**{**TINY, **kw}))
