@@ -57,6 +57,8 @@ def cell_job(spec_fixed: dict[str, Any], cell: dict[str, Any], out_dir: str) -> 
         import traceback
 
         Path(out_dir + ".error").write_text(traceback.format_exc())
+        # a failed cell leaves its traceback, never a half-written <cell id>.tmp folder
+        shutil.rmtree(out_dir + ".tmp", ignore_errors=True)
         return {"error": f"{type(exc).__name__}: {exc}".splitlines()[0][:300]}
 
 
