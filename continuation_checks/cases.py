@@ -17,11 +17,14 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from hybridmem.errors import HybridMemError
+from hybridmem.inputs import read_input_text
 
+MAX_PROMPT = 1 << 20  # no model this check runs holds a longer sequence
 MIN_TOKEN_ID = 16  # ids below are left to special tokens, as in the workload
 
 
@@ -87,24 +90,40 @@ def make_cases(n: int, seed: int, vocab: int, grid: int, max_model_len: int,
     return cases
 
 
+def _whole(v: Any, what: str, lo: int, hi: int) -> int:
+    """A JSON integer in ``[lo, hi]``: no string, float or boolean stands in for one."""
+    if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+        raise ValueError(f"{what} {str(v)[:40]!r} is not an integer in [{lo}, {hi}]")
+    return v
+
+
 def load_cases(path: Path) -> list[Case]:
-    """Cases from a JSON-lines file (see the module docstring)."""
+    """Cases from a JSON-lines file (see the module docstring); every value's type and range is
+    checked here, before any engine starts (the grid and vocabulary: by :func:`check_case`)."""
     cases: list[Case] = []
-    with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-                prompt = tuple(int(t) for t in obj["prompt"])
-                case = Case(len(cases), int(obj.get("family", len(cases))), prompt,
-                            int(obj["boundary"]), int(obj.get("max_tokens", 16)))
-            except (ValueError, KeyError, TypeError) as exc:
-                raise HybridMemError(f"{path}:{lineno}: not a case ({type(exc).__name__}: "
-                                     f"{exc})") from None
-            if not prompt:
-                raise HybridMemError(f"{path}:{lineno}: empty prompt")
-            cases.append(case)
+    text = read_input_text(path, "cases file")
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+            if not isinstance(obj, dict):
+                raise TypeError("a case is a JSON object")
+            unknown = set(obj) - {"prompt", "boundary", "max_tokens", "family"}
+            if unknown:
+                raise KeyError(f"unknown keys {sorted(unknown)}")
+            if not isinstance(obj["prompt"], list) or len(obj["prompt"]) > MAX_PROMPT:
+                raise TypeError(f"prompt must be a list of at most {MAX_PROMPT} token ids")
+            prompt = tuple(_whole(t, "token id", 0, 2**31 - 1) for t in obj["prompt"])
+            case = Case(len(cases), _whole(obj.get("family", len(cases)), "family", 0, 2**31),
+                        prompt, _whole(obj["boundary"], "boundary", 1, MAX_PROMPT),
+                        _whole(obj.get("max_tokens", 16), "max_tokens", 1, MAX_PROMPT))
+        except (ValueError, KeyError, TypeError, RecursionError) as exc:
+            raise HybridMemError(f"{path}:{lineno}: not a case ({type(exc).__name__}: "
+                                 f"{str(exc)[:200]})") from None
+        if not prompt:
+            raise HybridMemError(f"{path}:{lineno}: empty prompt")
+        cases.append(case)
     if not cases:
         raise HybridMemError(f"{path}: no cases")
     return cases

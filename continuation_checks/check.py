@@ -88,8 +88,10 @@ class CheckConfig:
                 raise HybridMemError(str(exc)) from None
         if self.out.exists() and not self.out.is_dir():
             raise HybridMemError(f"--out {str(self.out)!r}: exists and is not a directory")
-        if self.cases_file is not None and not self.cases_file.is_file():
-            raise HybridMemError(f"--cases-file {str(self.cases_file)!r}: no such file")
+        if self.cases_file is not None:
+            if not self.cases_file.is_file():
+                raise HybridMemError(f"--cases-file {str(self.cases_file)!r}: no such file")
+            load_cases(self.cases_file)  # types and ranges, before any engine starts
 
 
 def exit_code(report: dict[str, Any], fault: str | None) -> int:

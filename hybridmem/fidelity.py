@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from hybridmem.errors import HybridMemError
+from hybridmem.inputs import read_input_text
 from hybridmem.stats import StatsError, TInterval, paired_t_interval
 
 SUMMARY_FILE = "summary.json"
@@ -79,7 +80,7 @@ def read_summary(run_dir: str | Path, metric: str = DEFAULT_METRIC) -> RunSummar
     if not f.is_file():
         raise FidelityError(f"{str(d)!r} holds no {SUMMARY_FILE}")
     try:
-        data = json.loads(f.read_text())
+        data = json.loads(read_input_text(f, "run summary"))
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise FidelityError(f"cannot read {str(f)!r}: {exc}") from None
     except RecursionError:

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from hybridmem.errors import ConfigError
+from hybridmem.inputs import read_input_text
 
 # Architecture-only configs shipped with the package (no weights), by model name; SOURCES.md there
 # cites every number. One registry: `plan`, `storage`, `sim` and the engine commands resolve
@@ -61,6 +62,10 @@ def dtype_bytes(name: str) -> int:
         raise ConfigError(f"unknown dtype {name!r}; expected one of {sorted(set(DTYPE_BYTES))}")
     return DTYPE_BYTES[key]
 
+
+# D0's attention share: a split outside this range leaves one of its two pools a handful of
+# bytes (no unit fits in any budget a layer can have), so it is refused where it is read
+ATTENTION_FRACTION_RANGE = (1e-3, 1.0 - 1e-3)
 
 @dataclass(frozen=True)
 class Geometry:
@@ -393,7 +398,7 @@ def load_geometry(model: str, ssm_dtype: str | None = None) -> Geometry:
             "and no such config file or model directory"
         )
     try:
-        cfg = json.loads(path.read_text())
+        cfg = json.loads(read_input_text(path, "config"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ConfigError(f"cannot read config {str(path)!r}: {exc}") from None
     except RecursionError:

@@ -9,14 +9,17 @@ Every file the tools write goes through :func:`atomic_output`::
 
 and refuses an output that is one of the command's inputs (same resolved path, or the same
 inode through a link), so ``trace export T --parquet T`` or a query's ``COPY ... TO 'T'`` can
-never overwrite the trace being read. The temporary keeps OUT's suffix, so libraries that pick a
-format from the name (matplotlib, Parquet writers) write the right one.
+never overwrite the trace being read, and an existing output that is not a regular file (a
+device, a FIFO, a symbolic link: the rename would replace the node itself). The temporary
+keeps OUT's suffix, so libraries that pick a format from the name (matplotlib, Parquet writers)
+write the right one.
 """
 
 from __future__ import annotations
 
 import os
 import secrets
+import stat
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -57,6 +60,17 @@ def check_output(out: PathLike, inputs: Iterable[PathLike] = (), what: str = "ou
                               "overwrite it")
     if p.is_dir():
         raise OutputError(f"{what} {raw!r} is a directory")
+    try:
+        mode = p.lstat().st_mode
+    except FileNotFoundError:
+        mode = None
+    except (OSError, ValueError) as exc:
+        raise OutputError(f"{what} {raw!r}: {exc}") from None
+    if mode is not None and not stat.S_ISREG(mode):
+        # the rename would replace the node itself: a device (/dev/stdout as root), a FIFO
+        # another process reads, or a link the user meant to write through
+        kind = "a symbolic link" if stat.S_ISLNK(mode) else "not a regular file"
+        raise OutputError(f"{what} {raw!r} is {kind}; name a regular file")
     parent = p.parent if str(p.parent) else Path(".")
     if not parent.is_dir():
         raise OutputError(f"{what} {raw!r}: no such directory {str(parent)!r}")

@@ -47,6 +47,7 @@ from typing import Any
 import numpy as np
 
 from hybridmem.errors import HybridMemError
+from hybridmem.inputs import read_input_text
 
 REFERENCE_LIMIT = 8192      # model limit of the paper's workload
 REFERENCE_MEAN_INPUT = 3332.0
@@ -327,7 +328,7 @@ def load_manifest(path: str | Path) -> Workload:
     if p.is_dir():
         p = p / MANIFEST_NAME
     try:
-        data = json.loads(p.read_text())
+        data = json.loads(read_input_text(p, "workload manifest", limit=1 << 30))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise WorkloadError(f"cannot read workload manifest {str(p)!r}: {exc}") from None
     if not isinstance(data, dict) or data.get("format") != MANIFEST_FORMAT:

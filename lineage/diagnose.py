@@ -25,6 +25,7 @@ from typing import Any
 import pyarrow as pa
 
 from hybridmem.errors import HybridMemError
+from hybridmem.inputs import read_input_text
 from lineage.source import Run
 from lineage.views import NO_TOKEN_PREFIX, TokenPrefix, connect
 
@@ -176,7 +177,7 @@ def workload_tokens(order: Sequence[str], path: Path) -> dict[str, Sequence[int]
 
 def _read_json(path: Path) -> Any:
     try:
-        return json.loads(path.read_text())
+        return json.loads(read_input_text(path, "JSON file"))
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise HybridMemError(f"{path}: not readable JSON ({exc})") from None
 

@@ -78,6 +78,15 @@ def _event(raw: Any) -> tuple[str, dict[str, Any]]:
 
 MAX_BLOCK_SIZE = 1 << 20
 MAX_STREAM_BYTES = 256 << 20  # a file past this is refused before reading (no unbounded read)
+# one BlockStored/BlockRemoved covers one request's new blocks: 65,536 of them is a 1M-token
+# prompt at 16 tokens per block; the event total bounds memory (a 256 MiB stream of one-byte
+# hashes would otherwise become 268M events, tens of GB)
+MAX_HASHES_PER_EVENT = 1 << 16
+MAX_EVENTS = 5_000_000
+# msgpack's own limits, so an oversized array fails while decoding, before it is built (an
+# array past them is refused with ValueError, reported as a malformed stream)
+UNPACK_LIMITS = {"max_array_len": 1 << 20, "max_map_len": 1 << 16, "max_str_len": 1 << 20,
+                 "max_bin_len": 1 << 20}
 MAX_TS = 9e9  # seconds: timestamps become int64 nanoseconds (< 9.2e18)
 
 
@@ -97,6 +106,9 @@ def _int(f: dict[str, Any], key: str, lo: int, hi: int) -> int:
 
 def _hashes(f: dict[str, Any]) -> list[Any]:
     v = f.get("block_hashes")
+    if isinstance(v, list | tuple) and len(v) > MAX_HASHES_PER_EVENT:
+        raise VllmEventError(f"one event holds {len(v):,} block hashes, over the "
+                             f"{MAX_HASHES_PER_EVENT:,} a request's blocks can be")
     if not isinstance(v, list | tuple) or not all(
             isinstance(h, bytes) or (isinstance(h, int) and not isinstance(h, bool))
             for h in v):
@@ -118,7 +130,7 @@ def _batch(raw: Any) -> _Batch:
 def decode_payloads(payloads: Iterable[bytes]) -> Iterator[_Batch]:
     for i, p in enumerate(payloads):
         try:
-            raw = msgpack.unpackb(p, raw=False, strict_map_key=False)
+            raw = msgpack.unpackb(p, raw=False, strict_map_key=False, **UNPACK_LIMITS)
         except (msgpack.UnpackException, ValueError) as exc:
             raise VllmEventError(f"payload {i}: not msgpack ({exc})") from None
         yield _batch(raw)
@@ -126,7 +138,7 @@ def decode_payloads(payloads: Iterable[bytes]) -> Iterator[_Batch]:
 
 def decode_stream(data: bytes) -> Iterator[_Batch]:
     """Batches from payloads written back to back."""
-    unpacker = msgpack.Unpacker(raw=False, strict_map_key=False)
+    unpacker = msgpack.Unpacker(raw=False, strict_map_key=False, **UNPACK_LIMITS)
     unpacker.feed(data)
     try:
         for raw in unpacker:
@@ -192,6 +204,8 @@ def batches_to_table(batches: Iterable[_Batch], *, block_size: int | None = None
                                         cause=Cause.INVALIDATION))
                     ts.append(b.ts)
                 stored.clear()
+        if len(events) > MAX_EVENTS:
+            raise VllmEventError(f"the stream holds over {MAX_EVENTS:,} block events; split it")
     ga = grid.get(StateKind.ATTENTION, block_size)
     gr = grid.get(StateKind.RECURRENT, ga)
     if ga is None or gr is None:

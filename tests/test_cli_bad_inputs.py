@@ -11,9 +11,11 @@ Rerun: ``PYTHONPATH=$PWD python -m pytest tests/test_cli_bad_inputs.py -q``.
 from __future__ import annotations
 
 import json
+import os
 import random
 import sys
 from pathlib import Path
+from typing import Any
 
 import msgpack
 import pyarrow as pa
@@ -197,7 +199,102 @@ def files(tmp_path_factory) -> dict[str, str]:
         (d / f"{name}.msgpack").write_bytes(msgpack.packb(batch))
         f[f"kv_{name}"] = str(d / f"{name}.msgpack")
     f["out"] = str(d / "out")
+    _later_classes(d, f)
     return f
+
+
+CAMPAIGN = '[campaign]\nname = "t"\nmodel = {model}\nrequests = {requests}\n{extra}' \
+    '[grid]\norg = {org}\nbudget = {budget}\nseeds = {seeds}\n'
+TIMING_COLUMNS = ("tokens", "seqs", "kv_tokens", "attn_pairs", "checkpoints", "seconds")
+
+
+def _later_classes(d: Path, f: dict[str, str]) -> None:
+    """Fixtures of the classes found after the first sweep: specs and files read whole (campaign
+    TOML, cases, timing, configs on devices), outputs that are not regular files, the query's
+    COPY targets."""
+    # configs and summaries that are endless devices (read with a size cap, refused unread)
+    for dev in ("zero", "urandom"):
+        (d / "cfg" / f"dev{dev}").mkdir(parents=True)
+        (d / "cfg" / f"dev{dev}" / "config.json").symlink_to(f"/dev/{dev}")
+        f[f"cfg_dev{dev}"] = str(d / "cfg" / f"dev{dev}")
+        (d / "runs" / f"dev{dev}").mkdir(parents=True)
+        (d / "runs" / f"dev{dev}" / "summary.json").symlink_to(f"/dev/{dev}")
+        f[f"sum_dev{dev}"] = str(d / "runs" / f"dev{dev}")
+    simcfg = {**GOOD_CONFIG, "vocab_size": 1024}  # a simulated model with no D0 preset
+    (d / "cfg" / "sim").mkdir(parents=True)
+    (d / "cfg" / "sim" / "config.json").write_text(json.dumps(simcfg))
+    # campaign specs
+    ok = {"model": '"falcon-h1-7b"', "requests": "10", "extra": "", "org": '["S2"]',
+          "budget": '["b63"]', "seeds": "[1, 2]"}
+    for name, change in (
+        ("good", {}),
+        ("negbudget", {"budget": '["-5"]'}),
+        ("intbudget", {"budget": "[63]"}),
+        ("hugebudget", {"budget": f'["b{HUGE[:50]}"]'}),
+        ("tinybudget", {"budget": '["63"]'}),
+        ("unknownmodel", {"model": '"no-such-model"'}),
+        ("devmodel", {"model": json.dumps(f["cfg_devzero"])}),
+        ("floatseeds", {"seeds": "[1.5, 2]"}),
+        ("strseeds", {"seeds": '["1", "2"]'}),
+        ("seedrange", {"seeds": "{start = 0, count = 1000000000}"}),
+        ("floatstart", {"seeds": "{start = 0.5, count = 3}"}),
+        ("strcount", {"seeds": '{start = 0, count = "3"}'}),
+        ("seedwrap", {"seeds": "{start = 4294967290, count = 10}"}),
+        ("d0nofrac", {"model": json.dumps(str(d / "cfg" / "sim")), "org": '["D0"]'}),
+        ("tinyfrac", {"extra": "attention_fraction = 1e-320\n"}),
+        ("zeroreq", {"requests": "0"}),
+        ("floatreq", {"requests": "10.5"}),
+        ("badorg", {"org": '["S9"]'}),
+    ):
+        (d / f"camp_{name}.toml").write_text(CAMPAIGN.format(**{**ok, **change}))
+        f[f"camp_{name}"] = str(d / f"camp_{name}.toml")
+    (d / "camp_coststr.toml").write_text(CAMPAIGN.format(**ok) + '[cost]\nmfu = "x"\n')
+    f["camp_coststr"] = str(d / "camp_coststr.toml")
+    # continuation cases files
+    for name, line in (("good", {"prompt": [20] * 200, "boundary": 128, "max_tokens": 3}),
+                       ("strboundary", {"prompt": [20] * 200, "boundary": "128"}),
+                       ("floatboundary", {"prompt": [20] * 200, "boundary": 128.0}),
+                       ("boolmax", {"prompt": [20] * 200, "boundary": 128, "max_tokens": True}),
+                       ("strtokens", {"prompt": ["20"] * 200, "boundary": 128}),
+                       ("hugeboundary", {"prompt": [20] * 200, "boundary": 10**30}),
+                       ("extra", {"prompt": [20] * 200, "boundary": 128, "boundry": 1}),
+                       ("list", [1, 2])):
+        (d / f"cases_{name}.jsonl").write_text(json.dumps(line) + "\n")
+        f[f"cases_{name}"] = str(d / f"cases_{name}.jsonl")
+    # timing files for `sim calibrate`
+    row = {"tokens": 100, "seqs": 2, "kv_tokens": 1000, "attn_pairs": 5000.0, "checkpoints": 1,
+           "seconds": 0.01}
+    for name, change in (("good", {}), ("huge", {"seconds": "1e308"}),
+                         ("hugefeature", {"kv_tokens": "1e300"}), ("neg", {"seqs": -1}),
+                         ("frac", {"tokens": 1.5}), ("inf", {"seconds": "inf"}),
+                         ("text", {"tokens": "many"})):
+        rows = [row] * 9 + [{**row, **change}]
+        (d / f"timing_{name}.csv").write_text(
+            ",".join(TIMING_COLUMNS) + "\n"
+            + "".join(",".join(str(r[c]) for c in TIMING_COLUMNS) + "\n" for r in rows))
+        f[f"timing_{name}"] = str(d / f"timing_{name}.csv")
+    for name, col in (("strcol", pa.array(["1"] * 10)), ("listcol", pa.array([[1]] * 10))):
+        cols = {c: pa.array([row[c]] * 10) for c in TIMING_COLUMNS}
+        pq.write_table(pa.table({**cols, "tokens": col}), d / f"timing_{name}.parquet")
+        f[f"timing_{name}"] = str(d / f"timing_{name}.parquet")
+    # a KV-event stream of one event with 100,000 one-byte hashes
+    (d / "manyhashes.msgpack").write_bytes(msgpack.packb(
+        [0.0, [["BlockStored", [1] * 100_000, None, [], 16, None, "GPU"]]]))
+    f["kv_manyhashes"] = str(d / "manyhashes.msgpack")
+    # outputs that are not regular files: the rename would replace the node itself
+    os.mkfifo(d / "fifo.parquet")
+    f["fifo"] = str(d / "fifo.parquet")
+    (d / "target.json").write_text("keep")
+    (d / "link.json").symlink_to(d / "target.json")
+    f["link"] = str(d / "link.json")
+    (d / "target.png").write_text("keep")
+    (d / "link.png").symlink_to(d / "target.png")
+    f["linkpng"] = str(d / "link.png")
+    # an input alone in its folder, for COPY targets around it
+    (d / "qin").mkdir()
+    pq.write_table(events_to_table(EVENTS, S2), d / "qin" / "in.parquet")
+    f["qin"] = str(d / "qin" / "in.parquet")
+    f["qdir"] = str(d / "qin")
 
 
 def _cases() -> list[tuple[str, list[str]]]:
@@ -395,7 +492,109 @@ def _cases() -> list[tuple[str, list[str]]]:
                     ("--out", ""), ("--out", "{trace}")):
         add(f"model{flag}-{v[:8]!r}", "model", "build", flag, v)
     add("model-no-verb", "model")
+    _later_cases(add)
     return cases
+
+
+def _later_cases(add: Any) -> None:
+    """Cases of the classes found after the first sweep (validation before work, inputs never
+    destroyed, bounded reads); the campaign specs and timing files are in SIM_CASES."""
+    big = "b" + "9" * 50
+    add("run-budget-50-digits", "run", "--out", "{out}/run", "--budget", big)
+    add("run-budget-25-digits", "run", "--out", "{out}/run", "--budget", "b" + "9" * 25)
+    add("run-budget-bytes-too-small", "run", "--out", "{out}/run", "--budget", "63")
+    add("run-fault-empty", "run", "--out", "{out}/run", "--fault", "")
+    add("run-fault-unknown", "run", "--out", "{out}/run", "--fault", "bogus")
+    add("run-frac-denormal", "run", "--out", "{out}/run", "--org", "D0",
+        "--attention-fraction", "1e-320")
+    for key in ("cfg_devzero", "cfg_devurandom"):
+        add(f"run-model-{key}", "run", "--out", "{out}/run", "--model", f"{{{key}}}")
+        add(f"plan-model-{key}", "plan", "--model", f"{{{key}}}", "--budget", "b63")
+    for key in ("sum_devzero", "sum_devurandom"):
+        add(f"fidelity-on-{key}", "fidelity", "--on", f"{{{key}}}", "--off", "{run_off}")
+    for lv in ("1e-320", "0.3", "0.99999"):
+        add(f"stats-level-range-{lv}", "stats", "contrast", "{good}", "--num", "a", "--den", "b",
+            "--level", lv)
+        add(f"fidelity-level-range-{lv}", "fidelity", "--on", "{run_on}", "--off", "{run_off}",
+            "--level", lv)
+    for fr in ("1e-320", "0.0001", "0.9999"):
+        add(f"plan-frac-range-{fr}", "plan", "--model", "falcon-h1-7b", "--budget", "b63",
+            "--attention-fraction", fr)
+    # sim: empty paths would be the working directory
+    add("sim-out-empty", "sim", "--out", "")
+    add("sim-trace-empty", "sim", "--out", "{out}/sim", "--trace", "")
+    add("sim-frac-denormal", "sim", "--out", "{out}/sim", "--attention-fraction", "1e-320")
+    add("sim-calibrate-out-empty", "sim", "calibrate", "{timing_good}", "--out", "")
+    # campaign: refused before the spec is read or any worker starts
+    for ray in ("not an address", "host:99999", "host:", ":80", "http://host:80", " "):
+        add(f"campaign-ray-{ray!r}", "campaign", "{camp_good}", "--out", "{out}/camp",
+            "--ray", ray)
+    for dev in ("/dev/zero", "/dev/urandom"):
+        add(f"campaign-spec-{dev}", "campaign", dev, "--out", "{out}/camp")
+    # continuation: the cases file is checked whole before any engine starts
+    for key in ("strboundary", "floatboundary", "boolmax", "strtokens", "hugeboundary", "extra",
+                "list"):
+        add(f"continuation-cases-{key}", "continuation", "--out", "{out}/cont", "--cases-file",
+            f"{{cases_{key}}}")
+    add("continuation-cases-devzero", "continuation", "--out", "{out}/cont", "--cases-file",
+        "/dev/zero")
+    add("continuation-frac-denormal", "continuation", "--out", "{out}/cont", "--org", "D0",
+        "--attention-fraction", "1e-320")
+    # lineage: an option the form does not read is refused, not ignored
+    add("lineage-report-sql", "lineage", "{parquet}", "--sql", "SELECT 1")
+    add("lineage-report-block-size", "lineage", "{parquet}", "--block-size", "16")
+    add("lineage-report-allow-files", "lineage", "{parquet}", "--allow-files")
+    add("lineage-report-timeout", "lineage", "{parquet}", "--timeout", "5")
+    add("lineage-query-plot", "lineage", "query", "{parquet}", "--sql", "SELECT 1", "--plot",
+        "{out}/q.png")
+    add("lineage-query-replay", "lineage", "query", "{parquet}", "--sql", "SELECT 1",
+        "--replay", "all")
+    add("lineage-views-json", "lineage", "views", "--json")
+    add("lineage-import-replay", "lineage", "import-vllm", "{kv_nostore}", "{out}/i.parquet",
+        "--replay", "all")
+    add("lineage-import-many-hashes", "lineage", "import-vllm", "{kv_manyhashes}",
+        "{out}/i.parquet")
+    # lineage query --allow-files: no COPY can reach the input or its folder
+    for name, sql in (
+        ("explain-analyze-copy", "EXPLAIN ANALYZE COPY (SELECT 1) TO '{qin}'"),
+        ("explain-copy", "EXPLAIN COPY (SELECT 1) TO '{qin}'"),
+        ("explain-comment", "EXPLAIN /* x */ ANALYZE COPY (SELECT 1) TO '{qin}'"),
+        ("dollar", "COPY (SELECT 1) TO $${qin}$$"),
+        ("dollar-tag", "COPY (SELECT 1) TO $t${qin}$t$"),
+        ("comment", "COPY (SELECT 1) TO /* x */ '{qin}'"),
+        ("escape", "COPY (SELECT 1) TO E'{qin}'"),
+        ("partition-overwrite", "COPY (SELECT 1 AS a) TO '{qdir}' "
+                                "(FORMAT parquet, PARTITION_BY (a), OVERWRITE)"),
+        ("partition-parent", "COPY (SELECT 1 AS a) TO '{dir}' "
+                             "(FORMAT parquet, PARTITION_BY (a), OVERWRITE_OR_IGNORE)"),
+        ("url", "COPY (SELECT 1) TO 'file://{qin}'"),
+        ("export", "EXPORT DATABASE '{qdir}'"),
+        ("attach", "ATTACH '{qdir}/x.db'"),
+    ):
+        add(f"lineage-query-files-{name}", "lineage", "query", "{qin}", "--allow-files", "--sql",
+            sql)
+    # outputs: never over an existing trace, never over a node that is not a regular file
+    add("trace-bench-out-existing-trace", "trace", "bench", "--events", "10", "--out",
+        "{trace}")
+    add("trace-bench-force-foreign", "trace", "bench", "--events", "10", "--out", "{nancsv}",
+        "--force")
+    add("trace-export-fifo", "trace", "export", "{trace}", "--parquet", "{fifo}")
+    add("trace-export-symlink", "trace", "export", "{trace}", "--perfetto", "{link}")
+    add("lineage-plot-symlink", "lineage", "{parquet}", "--plot", "{linkpng}")
+    add("lineage-import-fifo", "lineage", "import-vllm", "{kv_nostore}", "{fifo}")
+
+
+# campaign specs and timing files: checked by code that imports the simulator (vLLM's scheduler,
+# no engine), so these run with vLLM importable and the work itself replaced by a tripwire
+SIM_CASES: list[tuple[str, list[str]]] = [
+    *((f"campaign-spec-{k}", ["campaign", f"{{camp_{k}}}", "--out", "{out}/camp"])
+      for k in ("negbudget", "intbudget", "hugebudget", "tinybudget", "unknownmodel",
+                "devmodel", "floatseeds", "strseeds", "seedrange", "floatstart", "strcount",
+                "seedwrap", "d0nofrac", "tinyfrac", "zeroreq", "floatreq", "badorg",
+                "coststr")),
+    *((f"sim-calibrate-{k}", ["sim", "calibrate", f"{{timing_{k}}}"])
+      for k in ("huge", "hugefeature", "neg", "frac", "inf", "text", "strcol", "listcol")),
+]
 
 
 CASES = _cases()
@@ -408,16 +607,78 @@ def test_sweep_is_large_enough():
                         "run", "demo"}
 
 
-@pytest.mark.parametrize("argv", [c[1] for c in CASES], ids=[c[0] for c in CASES])
-def test_bad_input_is_one_line_exit_2(argv, files, capsys, monkeypatch):
-    monkeypatch.setitem(sys.modules, "vllm", None)  # an engine start would be an ImportError
+def _tree(root: str) -> dict[str, tuple[int, int, int]]:
+    """Every entry under ``root``: (mode, size, mtime), links not followed."""
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            st = os.lstat(os.path.join(dirpath, name))
+            out[os.path.join(dirpath, name)] = (st.st_mode, st.st_size, st.st_mtime_ns)
+    return out
+
+
+def _run_case(argv: list[str], files: dict[str, str], capsys: Any) -> Any:
+    """Run one case; assert that it wrote, changed and removed nothing in the fixture tree."""
     Path(files["out"]).mkdir(exist_ok=True)
     argv = [a.format(**files) if "{" in a and len(a) < 1000 else a for a in argv]
+    before = _tree(files["dir"])
     try:
         code = main(argv)
     except SystemExit as exc:  # argparse
         code = exc.code
-    out = capsys.readouterr()
+    after = _tree(files["dir"])
+    assert after == before, ("files written, changed or removed by a refused command",
+                             sorted(set(after) ^ set(before))[:5])
+    return code, capsys.readouterr()
+
+
+def _assert_one_line(code: Any, out: Any) -> None:
+    assert "Traceback" not in out.err + out.out
+    lines = [ln for ln in out.err.splitlines() if ln.strip()]
+    assert code == 2, (code, out.err[-2000:])
+    assert len(lines) == 1, out.err[-2000:]
+    assert len(lines[0]) <= 1000, lines[0][:200]
+    assert ": unexpected " not in lines[0], lines[0][:300]
+
+
+@pytest.mark.parametrize("argv", [c[1] for c in SIM_CASES], ids=[c[0] for c in SIM_CASES])
+def test_bad_spec_or_timing_fails_before_work(argv, files, capsys, monkeypatch):
+    """A bad campaign spec or timing file fails in one line before any worker or solve: the
+    work is replaced by a tripwire that main() would report as "unexpected"."""
+    from hybridmem.sim import calibrate, campaign_run, run
+
+    def tripwire(*_a: Any, **_k: Any) -> Any:
+        raise AssertionError("validation let a bad input reach the work")
+
+    for mod, name in ((campaign_run, "run_campaign"), (campaign_run, "cell_job"),
+                      (run, "run_sim"), (calibrate, "fit")):
+        monkeypatch.setattr(mod, name, tripwire)
+    code, out = _run_case(argv, files, capsys)
+    _assert_one_line(code, out)
+
+
+def test_good_spec_and_timing_pass_the_same_checks(files, capsys, monkeypatch):
+    """Negative control of the sweep above: the valid spec and timing file reach the tripwire
+    (the work), so the refusals above come from validation."""
+    from hybridmem.sim import calibrate, campaign_run
+    from hybridmem.sim.campaign_spec import load_spec
+
+    assert len(load_spec(files["camp_good"]).cells) == 2
+    reached = []
+    monkeypatch.setattr(campaign_run, "run_campaign",
+                        lambda *a, **k: reached.append("campaign") or 1 / 0)
+    monkeypatch.setattr(calibrate, "fit", lambda *a, **k: reached.append("fit") or 1 / 0)
+    for argv in (["campaign", files["camp_good"], "--out", files["out"] + "/camp"],
+                 ["sim", "calibrate", files["timing_good"]]):
+        assert main(argv) == 2  # the tripwire's ZeroDivisionError, reported as unexpected
+    assert reached == ["campaign", "fit"]
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize("argv", [c[1] for c in CASES], ids=[c[0] for c in CASES])
+def test_bad_input_is_one_line_exit_2(argv, files, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "vllm", None)  # an engine start would be an ImportError
+    code, out = _run_case(argv, files, capsys)
     assert "Traceback" not in out.err + out.out
     lines = [ln for ln in out.err.splitlines() if ln.strip()]
     assert code == 2, (code, out.err[-2000:])

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -54,6 +55,21 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+# 'local' (start one), 'auto' (Ray's own lookup), HOST:PORT or ray://HOST:PORT (Ray Client)
+RAY_ADDRESS = re.compile(r"(?:ray://)?(?P<host>[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252}[A-Za-z0-9])?"
+                         r"|\[[0-9A-Fa-f:.]+\]):(?P<port>[0-9]{1,5})")
+
+
+def check_ray_address(address: str) -> None:
+    """Refuse a --ray value that is no address, before any worker or Ray starts."""
+    if address in ("local", "auto"):
+        return
+    m = RAY_ADDRESS.fullmatch(address)
+    if m is None or not 1 <= int(m["port"]) <= 65535:
+        raise HybridMemError(f"--ray {address[:80]!r}: expected 'local', 'auto', HOST:PORT or "
+                             "ray://HOST:PORT (port 1-65535)")
+
+
 def run(args: argparse.Namespace) -> int:
     if str(args.spec[0]) == "report":
         return _report(args)
@@ -68,8 +84,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.workers is not None and not 1 <= args.workers <= 256:
         raise HybridMemError(f"--workers must lie in [1, 256], got {args.workers}")
-    if args.ray is not None and not args.ray.strip():
-        raise HybridMemError("--ray needs an address (or 'local')")
+    if args.ray is not None:
+        check_ray_address(args.ray)
     if args.out.exists() and not args.out.is_dir():
         raise HybridMemError(f"--out {str(args.out)!r} exists and is not a directory")
     if args.out.resolve() == args.spec.resolve():

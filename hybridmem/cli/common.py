@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+from pathlib import Path
 from typing import Any
 
 from hybridmem.cli import models
@@ -92,6 +93,22 @@ def real(lo: float = -math.inf, hi: float = math.inf, *, lo_open: bool = False,
     return parse
 
 
+# a confidence level below 0.5 or above 0.9999 is a typo (95 for 0.95, 1e-320), not a design
+LEVEL_RANGE = (0.5, 0.9999)
+
+
+def level() -> Any:
+    """argparse type: a two-sided confidence level in :data:`LEVEL_RANGE`."""
+    return real(*LEVEL_RANGE)
+
+
+def attention_fraction() -> Any:
+    """argparse type: D0's attention share in ``geometry.ATTENTION_FRACTION_RANGE``."""
+    from hybridmem.geometry import ATTENTION_FRACTION_RANGE
+
+    return real(*ATTENTION_FRACTION_RANGE)
+
+
 def seed() -> Any:
     """argparse type: a seed in ``[0, 2**32 - 1]``."""
     return count(0, SEED_MAX)
@@ -109,6 +126,18 @@ def out_path(suffixes: tuple[str, ...] = ()) -> Any:
         if suffixes and not raw.lower().endswith(suffixes):
             raise argparse.ArgumentTypeError(f"{raw!r} must end in {' or '.join(suffixes)}")
         return raw
+
+    parse.__name__ = "path"
+    return parse
+
+
+def path_arg() -> Any:
+    """argparse type: a non-empty path as a :class:`~pathlib.Path` (``Path("")`` would be the
+    working directory, silently)."""
+    check = out_path()
+
+    def parse(text: str) -> Path:
+        return Path(check(text))
 
     parse.__name__ = "path"
     return parse

@@ -8,6 +8,7 @@ import math
 from pathlib import Path
 
 from hybridmem.cli import engine_log, models
+from hybridmem.cli.common import attention_fraction
 from hybridmem.errors import HybridMemError
 
 HELP = ("continuation checks (App. D.5): retained-checkpoint continuation vs recomputation, "
@@ -40,7 +41,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--budget", default=None, metavar="B",
                    help="organization mode: per-layer budget as in `hybridmem run` (label bN, "
                    "bytes or a size; default b1536: no reclaim during a check of the tiny model)")
-    p.add_argument("--attention-fraction", type=float, default=None, metavar="F",
+    p.add_argument("--attention-fraction", type=attention_fraction(), default=None, metavar="F",
                    help="D0's attention share in (0, 1) (models without a preset)")
     p.add_argument("--out", type=Path, required=True, metavar="DIR", help="output directory")
     p.add_argument("--json", action="store_true", help="print report.json to stdout")

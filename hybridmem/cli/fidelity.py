@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from hybridmem.cli.common import level as level_arg
 from hybridmem.cli.common import out_path, print_json, real
 from hybridmem.errors import HybridMemError
 from hybridmem.fidelity import BOUND, DEFAULT_METRIC, LEVEL, METRICS, FidelityResult, fidelity
@@ -27,7 +28,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help=f"summary.json throughput key (default {DEFAULT_METRIC}: request span; "
                    "throughput_cpu_tok_s, tokens per CPU second of the run's process, is a "
                    "diagnostic for shared machines, not the SPEC metric)")
-    p.add_argument("--level", type=real(0, 1, lo_open=True, hi_open=True), default=LEVEL,
+    p.add_argument("--level", type=level_arg(), default=LEVEL,
                    help=f"two-sided confidence level (default {LEVEL})")
     p.add_argument("--bound", type=real(0, 1e6, lo_open=True), default=BOUND,
                    help=f"allowed |100 ln(ON/OFF)| in log points (default {BOUND:g})")

@@ -72,7 +72,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    "report prints the scope")
     p.add_argument("--block-size", type=count(1, 1 << 20), default=None, metavar="N",
                    help="'import-vllm': tokens per block when the stream does not say")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, option_defaults={d: p.get_default(d) for d in OPTIONS})
 
 
 def _progress(msg: str) -> None:
@@ -194,8 +194,34 @@ def _replay_arg(text: str) -> int | None:
     return n
 
 
+# the options each form reads (dest: flag); any other option given is refused in that form,
+# never silently ignored
+OPTIONS = {"json": "--json", "allow_unverified": "--allow-unverified", "plot": "--plot",
+           "sql": "--sql", "allow_files": "--allow-files", "timeout": "--timeout",
+           "memory_limit": "--memory-limit", "private": "--private", "replay": "--replay",
+           "block_size": "--block-size"}
+FORM_OPTIONS = {
+    "report": {"json", "allow_unverified", "plot", "replay"},
+    "query": {"json", "allow_unverified", "sql", "allow_files", "timeout", "memory_limit"},
+    "views": {"private"},
+    "import-vllm": {"block_size"},
+}
+
+
+def check_form_options(args: argparse.Namespace, form: str,
+                       parser_defaults: dict[str, object]) -> None:
+    """Refuse an option the form does not read (one line naming it and the form)."""
+    for dest, flag in OPTIONS.items():
+        if dest not in FORM_OPTIONS[form] and getattr(args, dest) != parser_defaults[dest]:
+            where = "the report form (lineage PATH...)" if form == "report" else f"'{form}'"
+            raise HybridMemError(f"{flag} does not apply to {where}; it is an option of "
+                                 + ", ".join(f"'{f}'" for f, o in FORM_OPTIONS.items()
+                                             if dest in o))
+
+
 def run(args: argparse.Namespace) -> int:
     verb = args.args[0] if args.args else None
+    check_form_options(args, verb if verb in VERBS else "report", args.option_defaults)
     if verb == "views":
         return _views(args)
     if verb == "query":

@@ -33,6 +33,7 @@ from pathlib import Path
 
 from hybridmem.errors import HybridMemError
 from hybridmem.geometry import SHIPPED, Geometry, geometry_from_config, load_geometry
+from hybridmem.inputs import read_input_text
 
 TINY = "tiny"
 DEFAULT_ORG = "S2"
@@ -47,8 +48,8 @@ def is_tiny(model: str) -> bool:
     if model == TINY:
         return True
     try:
-        meta = json.loads((Path(model) / "hybridmem.json").read_text())
-    except (OSError, ValueError):
+        meta = json.loads(read_input_text(Path(model) / "hybridmem.json", "model stamp"))
+    except (HybridMemError, ValueError, RecursionError):
         return False
     return isinstance(meta, dict) and meta.get("format") == "hybridmem-model"
 

@@ -12,7 +12,7 @@ import textwrap
 
 from hybridmem.budget import Plan, parse_budget, parse_total, plan_budget
 from hybridmem.cli import models
-from hybridmem.cli.common import add_model_args, model_units, print_json, real
+from hybridmem.cli.common import add_model_args, attention_fraction, model_units, print_json
 from hybridmem.errors import HybridMemError
 
 HELP = "integer allocation of a budget under S0, S1, S2 and D0 (App. B.3)"
@@ -35,9 +35,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--total", metavar="SIZE",
                    help="whole-cache bytes, all layers together, e.g. 12GiB (as vLLM's "
                    "--kv-cache-memory-bytes); split per layer so no organization exceeds it")
-    p.add_argument("--attention-fraction", type=real(0, 1, lo_open=True, hi_open=True),
+    p.add_argument("--attention-fraction", type=attention_fraction(),
                    default=None, metavar="F",
-                   help="D0's per-layer attention share in (0,1); defaults to the model preset's")
+                   help="D0's per-layer attention share in [0.001, 0.999]; defaults to the model "
+                   "preset's")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
 

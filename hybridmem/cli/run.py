@@ -9,11 +9,20 @@ import sys
 from pathlib import Path
 
 from hybridmem.cli import engine_log, models
-from hybridmem.cli.common import MAX_CAP, MAX_KV_BLOCKS, MAX_MODEL_LEN, MAX_REQUESTS, count, real
+from hybridmem.cli.common import (
+    MAX_CAP,
+    MAX_KV_BLOCKS,
+    MAX_MODEL_LEN,
+    MAX_REQUESTS,
+    attention_fraction,
+    count,
+    real,
+)
 from hybridmem.cli.common import out_path as path_arg
 from hybridmem.cli.common import seed as seed_arg
 from hybridmem.cli.summary_text import format_summary
 from hybridmem.errors import HybridMemError
+from hybridmem.inputs import read_input_text
 
 # the names of hybridmem.vllm_plugin.faults.FAULTS, spelled here so `--help` does not import the
 # plugin (and torch with it); a test keeps the two equal
@@ -93,7 +102,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     o.add_argument("--check-invariants", action="store_true",
                    help="run the App. D.2 invariant checkers after every scheduler step; a "
                    "violation stops the run (exit 1) naming invariant, unit and entry")
-    o.add_argument("--attention-fraction", type=real(0, 1, lo_open=True, hi_open=True),
+    o.add_argument("--attention-fraction", type=attention_fraction(),
                    default=None, metavar="F",
                    help="D0's attention share in (0, 1) (models without a preset)")
     o.add_argument("--poison-vllm-state", action="store_true",
@@ -126,7 +135,7 @@ def _max_positions(model: str) -> int | None:
 
         return MAX_MODEL_LEN
     try:
-        cfg = json.loads((Path(model) / "config.json").read_text())
+        cfg = json.loads(read_input_text(Path(model) / "config.json", "config"))
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise HybridMemError(f"model {model!r}: config.json is not readable JSON "
                              f"({type(exc).__name__})") from None
@@ -134,11 +143,25 @@ def _max_positions(model: str) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None
 
 
+def check_values(args: argparse.Namespace) -> None:
+    """The fault name and the budget (parsed for the model, as the engine will), checked before
+    any engine module is imported."""
+    if args.fault is not None and args.fault not in FAULT_NAMES:
+        raise HybridMemError(f"--fault {args.fault[:80]!r}: not one of {', '.join(FAULT_NAMES)}")
+    if args.org != "vllm" and args.budget is not None:
+        from hybridmem.budget import parse_budget
+        from hybridmem.units import derive_units
+
+        geo, grid = models.geometry(args.model), models.grid_tokens(args.model)
+        parse_budget(args.budget, derive_units(geo) if grid is None else derive_units(geo, grid))
+
+
 def run(args: argparse.Namespace) -> int:
     args.out = Path(args.out)
     if args.trace is not None:
         args.trace = Path(args.trace)
     check_paths(args)
+    check_values(args)
     try:
         from hybridmem.engines.vllm_run import RunConfig, run_serving
         if args.server:

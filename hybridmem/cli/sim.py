@@ -14,11 +14,11 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import sys
 from pathlib import Path
 
 from hybridmem.cli import models
+from hybridmem.cli.common import attention_fraction, path_arg
 from hybridmem.errors import HybridMemError
 
 HELP = ("simulate a serving run: vLLM's real scheduler, the organizations, a GPU cost model "
@@ -63,7 +63,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="organizations: attention block in tokens, a multiple of 16 (default: "
                    "each organization's own, S0-S2 512 = their checkpoint grid, D0 16 with its "
                    "model's checkpoint interval)")
-    p.add_argument("--attention-fraction", type=float, default=None, metavar="FRAC",
+    p.add_argument("--attention-fraction", type=attention_fraction(), default=None, metavar="FRAC",
                    help="D0's attention share of the budget (default: the model preset's)")
     p.add_argument("--chunking", default=None, choices=models.CHUNKING_CHOICES,
                    help=f"how prefill chunks are cut (default {models.DEFAULT_CHUNKING}: vLLM's "
@@ -78,7 +78,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--isolate", action="store_true",
                    help="per-request cache_salt: no cross-request prefix reuse")
     g = p.add_mutually_exclusive_group()
-    g.add_argument("--trace", type=Path, default=None, metavar="DIR",
+    g.add_argument("--trace", type=path_arg(), default=None, metavar="DIR",
                    help="write the event trace into DIR (default: OUT/trace)")
     g.add_argument("--no-trace", action="store_true", help="run without tracing hooks")
     p.add_argument("--max-model-len", type=int, default=8192, metavar="T",
@@ -95,7 +95,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="with --replay: requests enter at their planned arrival on virtual "
                    "time (default), or at the scheduler step they entered the recorded run "
                    "(its trace)")
-    p.add_argument("--out", type=Path, default=None, metavar="DIR",
+    p.add_argument("--out", type=path_arg(), default=None, metavar="DIR",
                    help="output directory (a run); for calibrate: the fit as JSON")
     p.add_argument("--json", action="store_true",
                    help="print one JSON object on stdout and nothing else there (a run: its "
@@ -177,11 +177,9 @@ def _calibrate(args: argparse.Namespace) -> int:
                    "timing": args.form[1]})
     text = json.dumps(result, indent=2)
     if args.out is not None:
-        if Path(args.out).resolve() == Path(args.form[1]).resolve():
-            raise HybridMemError("--out must not be the timing file")
-        tmp = Path(str(args.out) + ".tmp")
-        tmp.write_text(text + "\n")
-        os.replace(tmp, args.out)
+        from hybridmem.outputs import write_text_atomic
+
+        write_text_atomic(args.out, text + "\n", [args.form[1]], "--out")
     if args.json:
         print(text)
     else:

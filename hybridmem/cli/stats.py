@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from hybridmem.cli.common import level as level_arg
 from hybridmem.cli.common import print_json, real
 from hybridmem.stats import (
     TEST_SCALES,
@@ -40,7 +41,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="numerator of the contrast subtracted in log space (interaction)")
     c.add_argument("--minus-den", metavar="ARM",
                    help="denominator of the contrast subtracted in log space (interaction)")
-    c.add_argument("--level", type=real(0, 1, lo_open=True, hi_open=True), default=0.95,
+    c.add_argument("--level", type=level_arg(), default=0.95,
                    help="two-sided confidence level of the paired-t interval (default 0.95)")
     c.add_argument("--test-scale", choices=TEST_SCALES, default="log",
                    help="scale of the sign-flip test: 'log' ratios (the 22-test extension family, "

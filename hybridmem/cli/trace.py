@@ -54,7 +54,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help=f"events to write (default 200000, at most {MAX_BENCH_EVENTS:,}: the "
                    "benchmark holds its events in memory)")
     b.add_argument("--out", type=out_path(), metavar="PATH",
-                   help="trace to write (default: a temporary file)")
+                   help="trace to write (default: a temporary file); an existing file is "
+                   "refused unless --force (a run's trace is an input, never a scratch file)")
+    b.add_argument("--force", action="store_true",
+                   help="replace an existing --out, if it is a hybridmem trace")
     b.add_argument("--repeats", type=count(1, 100), default=3, metavar="R",
                    help="timed loops per figure; the fastest is reported (default 3)")
     b.add_argument("--json", action="store_true", help="print one JSON object")
@@ -111,7 +114,12 @@ def run_bench(args: argparse.Namespace) -> int:
 
     if args.out is not None:
         out = check_output(args.out, what="--out")
+        if out.exists() and not args.force:
+            raise HybridMemError(f"--out {args.out!r} exists; give --force to replace it or "
+                                 "name a new file")
         if out.exists():  # only ever replace an earlier benchmark trace, never a foreign file
+            if not out.is_file():
+                raise HybridMemError(f"--out {args.out!r} is not a regular file")
             with open(out, "rb") as fh:
                 if fh.read(len(MAGIC)) != MAGIC:
                     raise HybridMemError(f"--out {args.out!r} exists and is not a hybridmem "

@@ -194,8 +194,9 @@ def _engine_ids_from_trace(trace_path: Path, records: dict[str, RequestRecord]) 
 
 @contextlib.contextmanager
 def _sigterm_exits() -> Iterator[None]:
-    """SIGTERM raises SystemExit(143) meanwhile, so ``with server`` still stops the server
-    (Python's default SIGTERM action would end the process and orphan it). Main thread only."""
+    """SIGTERM (and SIGHUP: the terminal closed) raise SystemExit(128 + signal) meanwhile, so
+    ``with server`` still stops the server (Python's default action would end the process and
+    orphan it). Main thread only."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -203,11 +204,12 @@ def _sigterm_exits() -> Iterator[None]:
     def exit_143(signum: int, frame: Any) -> None:
         raise SystemExit(128 + signum)
 
-    previous = signal.signal(signal.SIGTERM, exit_143)
+    previous = {sig: signal.signal(sig, exit_143) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def run_serving_http(cfg: RunConfig, progress: bool = True, start_timeout: float = 300.0,

@@ -48,6 +48,7 @@ from hybridmem.engines.run_results import (  # noqa: F401  (SUMMARY_KEYS: re-exp
 )
 from hybridmem.engines.tiny_model import resolve_model
 from hybridmem.errors import HybridMemError
+from hybridmem.inputs import read_input_text
 from hybridmem.vllm_plugin.org_settings import OrgSettings
 from hybridmem.vllm_plugin.resident import row_copies
 from hybridmem.workload import Workload, WorkloadSpec, make_workload
@@ -184,7 +185,7 @@ def check_org_model(cfg: RunConfig, model: Path) -> None:
 def vocab_size(model: Path) -> int:
     """The model's vocabulary size from its config.json (a caller error if unreadable)."""
     try:
-        cfg = json.loads((model / "config.json").read_text())
+        cfg = json.loads(read_input_text(model / "config.json", "config"))
         vocab = int(cfg["vocab_size"])
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise HybridMemError(f"model {str(model)!r}: config.json gives no vocab_size "

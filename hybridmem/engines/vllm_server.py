@@ -8,6 +8,9 @@
     stop() ── SIGINT to the API server -> it SIGTERMs the engine core, which drains
               (--shutdown-timeout), shuts the scheduler down (trace END) and exits
            ── still alive after ``grace`` s: SIGTERM to the group, then SIGKILL to the group
+    the caller killed ── SIGTERM (hybridmem.engines.http_run turns it into SystemExit, so the
+              context manager stops the server) or SIGKILL (Linux: the server was started with
+              PR_SET_PDEATHSIG, so the kernel sends it SIGTERM when the caller dies)
 
 The server binds to the loopback address only; the port is a free one picked just before start.
 Its stdout and stderr go to ``log_path``. Errors a caller can act on raise
@@ -111,6 +114,7 @@ class VllmServer:
         self.proc = subprocess.Popen(
             server_command(self.settings, self.port), stdin=subprocess.DEVNULL,
             stdout=self._log, stderr=subprocess.STDOUT, env=self.env, start_new_session=True,
+            preexec_fn=_parent_death_signal(os.getpid()) if DIE_WITH_PARENT else None,
         )
 
     def wait_ready(self, timeout: float) -> float:
@@ -183,6 +187,27 @@ class VllmServer:
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
+
+
+# the server is in its own session (a terminal's Ctrl-C must reach the driver, which drains it);
+# without a parent-death signal a driver killed by SIGKILL would leave it serving on its port
+DIE_WITH_PARENT = sys.platform == "linux"
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def _parent_death_signal(parent: int) -> Any:
+    """A ``preexec_fn`` (runs in the child before exec): SIGTERM when the thread that started
+    it dies, even by SIGKILL (Linux ``prctl``); if the parent is already gone, SIGTERM now.
+    Start the server from the thread that outlives it (the main thread does)."""
+
+    def arm() -> None:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM))
+        if os.getppid() != parent:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return arm
 
 
 def _group_alive(pgid: int) -> bool:

@@ -35,6 +35,11 @@ from hybridmem.sim.cost import CostConstants, CostModel, StepFeatures
 COLUMNS = (*StepFeatures._fields, "seconds")
 MAX_ROUNDS = 50
 MIN_ROWS = 8
+MAX_ROWS = 10_000_000
+# the largest value a step can plausibly hold in each column: bounded inputs keep the
+# least-squares solve finite and fast (a finite 1e308 made it run without end)
+LIMITS = {"tokens": 2**31, "seqs": 2**31, "kv_tokens": 2**48, "attn_pairs": 1e20,
+          "checkpoints": 2**31, "seconds": 3600.0}
 
 
 @dataclass(frozen=True)
@@ -78,18 +83,39 @@ def load_timing(path: str | Path) -> dict[str, np.ndarray]:
         raise HybridMemError(f"timing file {str(p)!r} lacks columns {missing}; needs {COLUMNS}")
     out: dict[str, np.ndarray] = {}
     for c in COLUMNS:
-        try:
-            arr = np.asarray(table[c], dtype=float)
-        except (TypeError, ValueError):
-            raise HybridMemError(f"timing file {str(p)!r}: column {c!r} is not numeric") from None
-        if not np.all(np.isfinite(arr)) or np.any(arr < 0):
-            raise HybridMemError(f"timing file {str(p)!r}: column {c!r} has negative or "
-                                 "non-finite values")
-        out[c] = arr
+        out[c] = _column(str(p), c, table[c], text=p.suffix == ".csv")
     if len(out["seconds"]) < MIN_ROWS:
         raise HybridMemError(f"timing file {str(p)!r} has {len(out['seconds'])} steps; "
                              f"a fit needs at least {MIN_ROWS}")
     return out
+
+
+def _column(where: str, name: str, values: list[Any], text: bool) -> np.ndarray:
+    """One column as a 1-D float array: numbers only (a CSV's text parsed as numbers), finite,
+    in ``[0, LIMITS[name]]``, whole numbers where the feature is a count."""
+    if not isinstance(values, list) or len(values) > MAX_ROWS:
+        raise HybridMemError(f"timing file {where!r}: column {name!r} must hold at most "
+                             f"{MAX_ROWS:,} numbers")
+    for v in values:
+        ok = isinstance(v, str) if text else (isinstance(v, (int, float))
+                                              and not isinstance(v, bool))
+        if not ok:
+            raise HybridMemError(f"timing file {where!r}: column {name!r} holds "
+                                 f"{type(v).__name__} {str(v)[:40]!r}, not a number")
+    try:
+        arr = np.asarray([float(v) for v in values], dtype=float)
+    except (TypeError, ValueError, OverflowError):
+        raise HybridMemError(f"timing file {where!r}: column {name!r} is not numeric") from None
+    hi = LIMITS[name]
+    bad = ~np.isfinite(arr) | (arr < 0) | (arr > hi)
+    if name != "seconds" and name != "attn_pairs":
+        bad |= arr != np.floor(arr)
+    if np.any(bad):
+        v = arr[np.argmax(bad)]
+        kind = "a number" if name in ("seconds", "attn_pairs") else "a whole number"
+        raise HybridMemError(f"timing file {where!r}: column {name!r} value {v!r} is not "
+                             f"{kind} in [0, {hi:g}]")
+    return arr
 
 
 def _design(model: CostModel, cols: dict[str, np.ndarray], k: CostConstants

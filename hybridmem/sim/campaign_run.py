@@ -57,6 +57,8 @@ def cell_job(spec_fixed: dict[str, Any], cell: dict[str, Any], out_dir: str) -> 
         import traceback
 
         Path(out_dir + ".error").write_text(traceback.format_exc())
+        # a failed cell leaves its traceback, never a half-written <cell id>.tmp folder
+        shutil.rmtree(out_dir + ".tmp", ignore_errors=True)
         return {"error": f"{type(exc).__name__}: {exc}".splitlines()[0][:300]}
 
 
@@ -251,7 +253,11 @@ def _close_pool(pool: ProcessPoolExecutor) -> None:
     for proc in procs:
         if proc.is_alive():
             proc.terminate()
-            proc.join(5.0)
+    for proc in procs:
+        proc.join(5.0)
+        if proc.is_alive():  # SIGTERM not acted on in time (a loaded box): nothing is left to lose
+            proc.kill()
+            proc.join()
 
 
 def _run_ray(address: str, fixed: dict[str, Any], todo: list[tuple[str, Cell]], cells_dir: Path,

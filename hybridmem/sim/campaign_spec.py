@@ -65,6 +65,8 @@ from pathlib import Path
 from typing import Any
 
 from hybridmem.errors import HybridMemError
+from hybridmem.geometry import ATTENTION_FRACTION_RANGE
+from hybridmem.inputs import read_input_text
 
 AXES = ("org", "budget", "rate", "cap", "headroom", "pin_k", "retention", "share", "isolate",
         "chunking", "trace")
@@ -156,14 +158,24 @@ def _list(v: Any, name: str) -> list[Any]:
     return out
 
 
-def _seeds(v: Any) -> list[int]:
+def _seeds(v: Any, limit: int = MAX_CELLS) -> list[int]:
+    """The seed list; a ``{start, count}`` range is checked arithmetically (integers, within
+    [0, 2^32) and at most ``limit`` seeds) before any list is built."""
     if isinstance(v, dict):
-        try:
-            start, count = int(v["start"]), int(v["count"])
-        except (KeyError, TypeError, ValueError):
-            raise HybridMemError(f"grid.seeds {v!r}: expected {{start = S, count = N}}") from None
+        start, count = v.get("start"), v.get("count")
+        if set(v) != {"start", "count"} or not all(
+                isinstance(x, int) and not isinstance(x, bool) for x in (start, count)):
+            raise HybridMemError(f"grid.seeds {v!r}: expected {{start = S, count = N}} with "
+                                 "integers S and N")
+        assert isinstance(start, int) and isinstance(count, int)
         if count < 1:
             raise HybridMemError(f"grid.seeds count must be >= 1, got {count}")
+        if count > limit:
+            raise HybridMemError(f"grid.seeds count {count} exceeds the limit of {limit} "
+                                 "cells")
+        if not 0 <= start or start + count > 2**32:
+            raise HybridMemError(f"grid.seeds {{start = {start}, count = {count}}} leaves "
+                                 "[0, 2^32)")
         seeds = list(range(start, start + count))
     else:
         seeds = _list(v, "seeds")
@@ -183,8 +195,9 @@ def _num(v: Any, name: str, lo: float, hi: float, integer: bool = False) -> Any:
     return v
 
 
-def _grid_cells(grid: Any, where: str) -> list[Cell]:
-    """Every combination of one ``[grid]`` table's values (scalars count as one value)."""
+def _grid_cells(grid: Any, where: str, limit: int = MAX_CELLS) -> list[Cell]:
+    """Every combination of one ``[grid]`` table's values (scalars count as one value); the
+    count is checked against ``limit`` before any cell is built."""
     if not isinstance(grid, dict):
         raise HybridMemError(f"{where}: a [grid] must be a table")
     bad = set(grid) - set(AXES) - {"seeds"}
@@ -200,7 +213,11 @@ def _grid_cells(grid: Any, where: str) -> list[Cell]:
         if o not in sim_orgs.ORGS:
             raise HybridMemError(f"grid.org: unknown organization {o!r}; expected "
                                  f"{sim_orgs.ORGS}")
-    budgets = [str(b) for b in _list(grid.get("budget", "b63"), "budget")]
+    budgets = _list(grid.get("budget", "b63"), "budget")
+    for b in budgets:
+        if not isinstance(b, str) or not b.strip():
+            raise HybridMemError(f"grid.budget: {b!r} must be a string: a label like \"b63\", "
+                                 "a byte count or a size like \"96MiB\"")
     rates = [_num(r, "rate", 1e-6, 1e6) for r in _list(grid.get("rate", 3.0), "rate")]
     caps = [_num(c, "cap", 1, 4096, True) for c in _list(grid.get("cap", 63), "cap")]
     heads = [_num(h, "headroom", 0.0, 0.999) for h in _list(grid.get("headroom", 0.0),
@@ -221,10 +238,10 @@ def _grid_cells(grid: Any, where: str) -> list[Cell]:
             raise HybridMemError(f"grid.{name}: values must be true or false, got {vals}")
     shares = [_num(q, "share", 0.0, 1.0) for q in _list(grid.get("share", 0.5), "share")]
     chunkings = [_chunking(c) for c in _list(grid.get("chunking", "default"), "chunking")]
-    seeds = _seeds(grid["seeds"])
+    seeds = _seeds(grid["seeds"], limit)
     n = (len(orgs) * len(budgets) * len(rates) * len(caps) * len(heads) * len(pins)
          * len(rets) * len(shares) * len(isos) * len(chunkings) * len(traces) * len(seeds))
-    if n > MAX_CELLS:
+    if n > limit:
         raise HybridMemError(f"{where}: {n} cells exceed the limit of {MAX_CELLS}")
     if "vllm" in orgs and (any(h for h in heads) or any(rets)):
         raise HybridMemError(f"{where}: org \"vllm\" (vLLM's own manager) has no admission "
@@ -256,7 +273,7 @@ def load_spec(path: str | Path) -> CampaignSpec:
     """Parse and check a campaign TOML (one-line HybridMemError on any bad value)."""
     p = Path(path)
     try:
-        raw = tomllib.loads(p.read_text())
+        raw = tomllib.loads(read_input_text(p, "campaign spec"))
     except FileNotFoundError:
         raise HybridMemError(f"campaign spec {str(p)!r} does not exist") from None
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
@@ -272,10 +289,13 @@ def load_spec(path: str | Path) -> CampaignSpec:
     grids = grids if isinstance(grids, list) else [grids]
     if not grids:
         raise HybridMemError(f"{p.name}: [[grid]] is empty")
-    # several [[grid]] tables: the union of their products (a cell listed twice runs once)
-    cells = tuple(dict.fromkeys(c for i, g in enumerate(grids)
-                                for c in _grid_cells(g, p.name if len(grids) == 1
-                                                     else f"{p.name} grid #{i + 1}")))
+    # several [[grid]] tables: the union of their products (a cell listed twice runs once);
+    # the running total bounds what is built, not only each table
+    built: list[Cell] = []
+    for i, g in enumerate(grids):
+        built += _grid_cells(g, p.name if len(grids) == 1 else f"{p.name} grid #{i + 1}",
+                             MAX_CELLS - len(built))
+    cells = tuple(dict.fromkeys(built))
     if len(cells) > MAX_CELLS:
         raise HybridMemError(f"{p.name}: {len(cells)} cells exceed the limit of {MAX_CELLS}")
     from hybridmem.sim.devices import DEVICES
@@ -292,13 +312,22 @@ def load_spec(path: str | Path) -> CampaignSpec:
             raise HybridMemError(f"campaign.grid {grid} is not a multiple of 16 tokens")
     frac = camp.get("attention_fraction")
     if frac is not None:
-        frac = float(_num(frac, "attention_fraction", 1e-9, 1 - 1e-9))
+        frac = float(_num(frac, "attention_fraction", *ATTENTION_FRACTION_RANGE))
+    model = camp.get("model", "falcon-h1-7b")
+    if not isinstance(model, str) or not model.strip():
+        raise HybridMemError(f"campaign.model: {model!r} must be a preset name or a path")
+    name = camp.get("name", p.stem)
+    if not isinstance(name, str) or not name.strip():
+        raise HybridMemError(f"campaign.name: {name!r} must be a non-empty string")
     system = _system_prompt(camp.get("system_prompt_tokens"), p.name)
     cost = raw.get("cost", {})
     from hybridmem.sim.cost import CostConstants
 
     if not isinstance(cost, dict):
         raise HybridMemError(f"{p.name}: [cost] must be a table")
+    for k, v in cost.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            raise HybridMemError(f"{p.name}: cost.{k} = {v!r} is not a finite number")
     CostConstants().with_values(**{k: float(v) for k, v in cost.items()})
     contrasts = []
     for i, c in enumerate(raw.get("contrast", [])):
@@ -322,12 +351,53 @@ def load_spec(path: str | Path) -> CampaignSpec:
     from hybridmem.sim.campaign_paper import parse_paper
 
     paper = parse_paper(raw.get("paper", []), p.name, {c.name for c in contrasts})
-    return CampaignSpec(name=str(camp.get("name", p.stem)), model=str(camp.get("model",
-                        "falcon-h1-7b")), device=device, requests=requests, max_model_len=mml,
+    spec = CampaignSpec(name=name, model=model, device=device, requests=requests, max_model_len=mml,
                         cells=cells, cost={k: float(v) for k, v in cost.items()},
                         contrasts=tuple(contrasts), metrics=metrics, level=float(level),
                         grid=grid, attention_fraction=frac, question=question, paper=paper,
                         system_prompt_tokens=system)
+    preflight(spec, p.name)
+    return spec
+
+
+def preflight(spec: CampaignSpec, where: str) -> None:
+    """Every check a cell's run would make before its work, made once per distinct cell setting
+    here, so a bad spec fails in one line before any worker starts: the model resolves, every
+    budget parses for it, D0 has an attention fraction, every cell's settings pass
+    ``SimConfig.check``."""
+    from hybridmem.budget import parse_budget
+    from hybridmem.sim.model_shape import load_shape
+    from hybridmem.sim.run import SimConfig
+    from hybridmem.units import derive_units
+
+    shape = load_shape(spec.model)
+    units = derive_units(shape.geometry)
+    for budget in dict.fromkeys(c.budget for c in spec.cells):
+        try:
+            parse_budget(budget, units)
+        except HybridMemError as exc:
+            raise HybridMemError(f"{where}: grid.budget {budget!r}: {exc}") from None
+    if (spec.attention_fraction is None and shape.geometry.attention_fraction is None
+            and any(c.org == "D0" for c in spec.cells)):
+        raise HybridMemError(f"{where}: org D0 needs campaign.attention_fraction: model "
+                             f"{spec.model!r} has no preset attention fraction")
+    seen: set[tuple[Any, ...]] = set()
+    for c in spec.cells:
+        key = tuple(c.stratum.values())
+        if key in seen:
+            continue
+        seen.add(key)
+        try:
+            SimConfig(model=spec.model, device=spec.device, org=c.org, budget=c.budget,
+                      requests=spec.requests, rate=c.rate, share=c.share, seed=c.seed,
+                      cap=c.cap, headroom=c.headroom,
+                      pin_k=None if c.org == "vllm" else c.pin_k, retention=c.retention,
+                      isolate=c.isolate, grid=spec.grid,
+                      attention_fraction=spec.attention_fraction, chunking=c.chunking,
+                      max_model_len=spec.max_model_len, constants=spec.cost,
+                      system_prompt=spec.system_prompt_tokens).check()
+        except HybridMemError as exc:
+            raise HybridMemError(f"{where}: cell {spec.cell_id(c)}: {exc}") from None
 
 
 def _system_prompt(v: Any, name: str) -> tuple[int, int] | None:

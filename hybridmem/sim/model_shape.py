@@ -24,6 +24,7 @@ from typing import Any
 
 from hybridmem.errors import ConfigError
 from hybridmem.geometry import PRESETS, SHIPPED, Geometry, dtype_bytes, geometry_from_config
+from hybridmem.inputs import read_input_text
 
 
 @dataclass(frozen=True)
@@ -121,7 +122,7 @@ def load_shape(model: str) -> ModelShape:
                               "a directory holding one)")
         name = str(model)
     try:
-        cfg = json.loads((config_dir / "config.json").read_text())
+        cfg = json.loads(read_input_text(config_dir / "config.json", "config"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         where = str(config_dir / "config.json")
         raise ConfigError(f"cannot read config {where!r}: {exc}") from None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -178,3 +179,68 @@ def test_server_run_matches_the_in_process_run(tiny_model: Path, tmp_path: Path)
     assert set(a["engine_request_id"]) == entries  # results map onto the trace's ids
     assert events[-1]["kind"] == EventKind.END
     assert (tmp_path / "http" / "server.log").stat().st_size > 0
+
+
+# a driver that starts a stand-in server through VllmServer.start (the real path) and waits
+_DRIVER = """
+import os, sys, time
+from pathlib import Path
+import hybridmem.engines.vllm_server as vs
+from hybridmem.engines.http_run import _sigterm_exits
+vs.DIE_WITH_PARENT = sys.argv[2] == "arm"
+vs.server_command = lambda s, port: [sys.executable, "-c", "import time; time.sleep(120)"]
+server = vs.VllmServer(vs.ServerSettings(Path("/m"), "float32", 0, 512, 4, True, None, 1),
+                       Path(sys.argv[1]), dict(os.environ))
+with _sigterm_exits(), server:
+    server.start()
+    print(server.proc.pid, flush=True)
+    time.sleep(120)
+"""
+
+
+def _alive(pid: int) -> bool:
+    """Running (a zombie waiting for its new parent to reap it counts as gone)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+def _killed_driver(tmp_path: Path, sig: int, arm: bool, wait_s: float = 10.0
+                   ) -> tuple[int, bool]:
+    """Start the driver, kill it with ``sig``; (server pid, server still alive ``wait_s``
+    later)."""
+    driver = subprocess.Popen([sys.executable, "-c", _DRIVER, str(tmp_path / "server.log"),
+                               "arm" if arm else "off"], stdout=subprocess.PIPE, text=True)
+    assert driver.stdout is not None
+    pid = int(driver.stdout.readline())
+    assert _alive(pid)
+    driver.send_signal(sig)
+    driver.wait(timeout=30)
+    deadline = time.monotonic() + wait_s
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return pid, _alive(pid)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="PR_SET_PDEATHSIG and /proc are Linux's")
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGKILL],
+                         ids=["SIGTERM", "SIGHUP", "SIGKILL"])
+def test_a_killed_driver_leaves_no_server_running(tmp_path: Path, sig: int) -> None:
+    """``run --server`` killed by SIGTERM/SIGHUP stops its server through the context manager;
+    killed by SIGKILL, the kernel's parent-death signal stops it."""
+    _, alive = _killed_driver(tmp_path, sig, arm=True)
+    assert not alive, f"the server outlived a driver killed by {signal.Signals(sig).name}"
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="PR_SET_PDEATHSIG and /proc are Linux's")
+def test_negative_control_without_the_parent_death_signal_sigkill_orphans(
+        tmp_path: Path) -> None:
+    """Control: without PR_SET_PDEATHSIG a SIGKILLed driver leaves the server running (so the
+    test above can fail)."""
+    pid, alive = _killed_driver(tmp_path, signal.SIGKILL, arm=False, wait_s=2.0)
+    try:
+        assert alive
+    finally:
+        os.killpg(pid, signal.SIGKILL)  # the orphan this test started

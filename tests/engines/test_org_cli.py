@@ -19,7 +19,7 @@ def exit_code(argv: list[str]) -> int:
 
 @pytest.mark.parametrize("argv, needle", [
     (["--org", "S9"], "org must be one of S0, S1, S2, D0, vllm, got 'S9'"),
-    (["--org", "S2", "--budget", "b0"], "bad budget 'b0'"),
+    (["--org", "S2", "--budget", "b0"], "budget label must be b1 or larger, got 'b0'"),
     (["--org", "S2", "--budget", "lots"], "bad budget 'lots'"),
     (["--org", "S1", "--headroom", "1.5"], "--headroom: 1.5 is outside [0, 1)"),
     (["--org", "S1", "--headroom", "nan"], "--headroom: 'nan' is not finite"),
@@ -27,8 +27,9 @@ def exit_code(argv: list[str]) -> int:
     (["--org", "S2", "--pin-budget", "2"], "pin-budget needs pin-k"),
     (["--org", "S2", "--pin-k", "2", "--pin-budget", "0"],
      "--pin-budget: 0 is outside [1, 1,048,576]"),
-    (["--org", "S2", "--fault", "nope"], "unknown fault 'nope'"),
-    (["--org", "D0", "--attention-fraction", "1.0"], "--attention-fraction: 1 is outside (0, 1)"),
+    (["--org", "S2", "--fault", "nope"], "--fault 'nope': not one of"),
+    (["--org", "D0", "--attention-fraction", "1.0"],
+     "--attention-fraction: 1 is outside [0.001, 0.999]"),
     (["--org", "vllm", "--budget", "b40"], "--budget needs an organization"),
     (["--org", "vllm", "--check-invariants"], "--check-invariants needs an organization"),
     (["--org", "vllm", "--fault", "skip-invalidate"], "--fault needs an organization"),

@@ -83,3 +83,28 @@ def test_unpaired_seeds_are_an_error(tmp_path: Path) -> None:
     rows = [r for r in _rows(0.1, range(3)) if not (r["org"] == "S2" and r["seed"] == 2)]
     with pytest.raises(HybridMemError, match="not paired"):
         analyse(rows, load_spec(spec).contrasts, ("throughput_tok_s",), 0.95)
+
+
+def test_a_failed_cell_leaves_its_traceback_and_no_tmp_folder(tmp_path, monkeypatch):
+    from hybridmem.sim import campaign_run
+    from hybridmem.sim import run as sim_run
+    from hybridmem.sim.campaign_spec import load_spec
+
+    spec_path = tmp_path / "s.toml"
+    spec_path.write_text('[campaign]\nrequests = 5\n[grid]\norg = ["S2"]\nseeds = [1]\n')
+    spec = load_spec(spec_path)
+    seen = []
+
+    def half_written(cfg):
+        (cfg.out / "partial").parent.mkdir(parents=True)
+        (cfg.out / "partial").write_text("x")
+        seen.append(cfg.out.exists())  # control: the cell did leave a .tmp folder behind
+        raise RuntimeError("cell failed midway")
+
+    monkeypatch.setattr(sim_run, "run_sim", half_written)
+    cell_dir = tmp_path / "cells" / "c1"
+    cell_dir.parent.mkdir()
+    row = campaign_run.cell_job(campaign_run._fixed(spec), spec.cells[0].params, str(cell_dir))
+    assert seen == [True] and "cell failed midway" in row["error"]
+    assert (tmp_path / "cells" / "c1.error").is_file()
+    assert sorted(p.name for p in cell_dir.parent.iterdir()) == ["c1.error"]

@@ -100,8 +100,12 @@ def test_bench_json(capsys, tmp_path, writer_path):
     assert (d["ratio_to_floor_pure"] is None) == (writer_path == "python")
     if writer_path == "c":
         assert d["ns_per_event_enabled_pure"] > 0 and d["cpu_ratio_to_floor_pure"] > 0
+    before = out_path.read_bytes()
+    code, _, err = run_cli(capsys, "trace", "bench", "--events", "500", "--out",
+                           str(out_path), "--repeats", "1")  # an existing trace: refused
+    assert code == 2 and "--force" in err and out_path.read_bytes() == before
     code, out, _ = run_cli(capsys, "trace", "bench", "--events", "500", "--out",
-                           str(out_path), "--repeats", "1")
+                           str(out_path), "--repeats", "1", "--force")
     assert code == 0 and f"writer   {writer_path}" in out
 
 
