@@ -247,17 +247,24 @@ def _close_pool(pool: ProcessPoolExecutor) -> None:
     ``WORKER_EXIT_GRACE_S`` to exit on its own, then is terminated."""
     procs = list((getattr(pool, "_processes", None) or {}).values())
     pool.shutdown(wait=False, cancel_futures=True)
-    deadline = time.monotonic() + WORKER_EXIT_GRACE_S
-    for proc in procs:
-        proc.join(max(0.0, deadline - time.monotonic()))
+    _wait_dead(procs, WORKER_EXIT_GRACE_S)
     for proc in procs:
         if proc.is_alive():
             proc.terminate()
+    _wait_dead(procs, 5.0)
     for proc in procs:
-        proc.join(5.0)
         if proc.is_alive():  # SIGTERM not acted on in time (a loaded box): nothing is left to lose
             proc.kill()
-            proc.join()
+    _wait_dead(procs, 30.0)
+
+
+def _wait_dead(procs: list[Any], timeout_s: float) -> None:
+    """Poll until every process has exited or ``timeout_s`` passed. Not ``Process.join``: a
+    worker in interpreter teardown closes its sentinel pipe early, so ``join`` returns while the
+    process still runs."""
+    deadline = time.monotonic() + timeout_s
+    while any(p.is_alive() for p in procs) and time.monotonic() < deadline:
+        time.sleep(0.02)
 
 
 def _run_ray(address: str, fixed: dict[str, Any], todo: list[tuple[str, Cell]], cells_dir: Path,

@@ -67,18 +67,18 @@ def test_the_specs_use_the_papers_settings() -> None:
 
 
 def test_kept_cells_keep_their_ids() -> None:
-    """The axes added later (chunking, trace) enter a cell's id only when set, so the kept
-    campaigns' cell directories still resolve; setting one changes the id (negative control)."""
+    """The kept Q6 campaign's cell ids are the spec's: the axes added later (chunking, trace)
+    enter a cell's id only when set; setting one, or dropping pinning, changes every id
+    (negative controls)."""
     import pyarrow.parquet as pq
 
     spec_text = (ROOT / "campaigns" / "q6_headroom.toml").read_text()
     kept = {r["cell_id"] for r in pq.read_table(
         ROOT / "campaigns" / "results" / "q6_headroom" / "runs.parquet").to_pylist()}
-    # the kept Q6 campaign ran with pinning off; the same grid with pin_k off has its ids
     spec = load_spec(ROOT / "campaigns" / "q6_headroom.toml")
-    off = [replace(c, pin_k=None) for c in spec.cells]
-    assert {spec.cell_id(c) for c in off} == kept
-    assert not {spec.cell_id(replace(c, trace=True)) for c in off} & kept
+    assert {spec.cell_id(c) for c in spec.cells} == kept
+    assert not {spec.cell_id(replace(c, trace=True)) for c in spec.cells} & kept
+    assert not {spec.cell_id(replace(c, pin_k=None)) for c in spec.cells} & kept
     assert "pin_k = [1]" in spec_text
 
 
