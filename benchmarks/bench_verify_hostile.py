@@ -1,4 +1,4 @@
-"""Verify time per MiB on hostile traces, at two sizes side by side (issue 14, item 4).
+"""Verify time per MiB on hostile traces, at two sizes side by side.
 
 The hostile file: a valid header, then nothing but packet headers (48 B each) with bad
 checksums, each claiming the rest of the file as content. Before the reader computed range CRCs

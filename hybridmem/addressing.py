@@ -3,7 +3,7 @@
 A slab page ``p`` of the shared pool holds ``slots_per_slab`` conv slots; slot ``s`` of page
 ``p`` has line id ``l = slots_per_slab * p + s`` (App. A.3). ``slots_per_slab`` is the
 geometry's (page bytes / conv slot bytes): 16 for Falcon-H1-7B, 32 for granite-4.0-h-micro. It
-is always passed explicitly: a default of 16 decoded granite's lines to the wrong page (issue 14)::
+is always passed explicitly: a default of 16 decoded granite's lines to the wrong page::
 
     slots 16, page 7:  | s0 | s1 | ... | s15 |   lines 112 .. 127
     slots 32, page 7:  | s0 | s1 | ... | s31 |   lines 224 .. 255

@@ -614,7 +614,7 @@ MACHINES: dict[str, type[OrganizationMachine]] = {
 
 
 # ---- every geometry: the presets, and synthetic ones spanning slots per slab 2..64 and SSM members
-# 1..4 (a slab geometry of 16 slots hid a decoder that assumed 16: issue 14).
+# 1..4 (a slab geometry of 16 slots hid a decoder that assumed 16).
 def _synthetic(slots: int, members: int, kv: int, head_dim: int, heads: int, head_dim_m: int,
                d_state: int, groups: int) -> tuple[str, Geometry]:
     name = f"syn-slots{slots}-members{members}"

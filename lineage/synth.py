@@ -68,7 +68,7 @@ class _Req:
 
 def _key(*parts: object) -> int:
     """A 64-bit key of ``parts`` that is the same in every process (Python's ``hash`` of a str
-    is salted per process, so the same seed gave different traces in two runs: issue 14)."""
+    is salted per process, so the same seed gave different traces in two runs)."""
     digest = hashlib.blake2b(repr(parts).encode(), digest_size=8).digest()
     return hash64(int.from_bytes(digest, "little") or 1)
 

@@ -79,7 +79,7 @@ class RunConfig:
     kv_cache_bytes: int = 256 << 20
     dtype: str = "float32"
     data_dir: Path | None = None  # where the tiny model lives (default data/models/tiny-falcon-h1)
-    # organization mode (issue 11): "vllm" = vLLM's own KV-cache manager with tracing hooks
+    # organization mode: "vllm" = vLLM's own KV-cache manager with tracing hooks
     org: str = "vllm"
     budget: str | None = None    # label bN, bytes or a size per layer (org mode: required)
     headroom: float = 0.0        # admission headroom f: need + floor(f B) <= available
@@ -122,7 +122,7 @@ class RunConfig:
                                 ("seed", self.seed, 2**32 - 1), ("cap", self.cap, 4096),
                                 ("max_model_len", self.max_model_len, 1 << 20),
                                 ("kv_blocks", self.kv_blocks or 0, 1 << 16)):
-            if value > hi:  # past these vLLM fails after the engine started (issue 14)
+            if value > hi:  # past these vLLM fails after the engine started
                 raise ValueError(f"{name} must be <= {hi:,}, got {value:,}")
         if not math.isfinite(self.rate):
             raise ValueError(f"rate must be finite, got {self.rate}")

@@ -1,2 +1,2 @@
 """Simulated serving: vLLM's real scheduler, the organizations, a roofline cost model standing in
-for the GPU (issue 13). See ``hybridmem/sim/README.md``."""
+for the GPU. See ``hybridmem/sim/README.md``."""

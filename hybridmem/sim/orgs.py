@@ -6,7 +6,7 @@ layer) becomes ``round(nominal / page)`` blocks of vLLM's unified page (1,568 to
 are organization policies and are refused here.
 
 ``S0``/``S1``/``S2``/``D0``: the organization-backed scheduler shared with serving
-(:mod:`hybridmem.vllm_plugin.org_scheduler`, issue 11): the simulator builds exactly what
+(:mod:`hybridmem.vllm_plugin.org_scheduler`): the simulator builds exactly what
 ``vllm serve`` builds from ``additional_config={"hybridmem": {...}}``; there is no second adapter.
 When that module is not importable this seam says so (one line) instead of simulating something
 else under the organization's name.
@@ -146,7 +146,7 @@ def build(choice: OrgChoice, vc: Any, shape: Any, trace: str | None = None,
         raise HybridMemError(f"grid must be a positive multiple of 16 tokens, got {choice.grid}")
     if not adapter_available():
         raise HybridMemError(f"organization {choice.org} needs the organization-backed scheduler "
-                             f"({ADAPTER}, issue 11), which this build does not have; use "
+                             f"({ADAPTER}), which this build does not have; use "
                              "--org vllm")
     return _build_org(choice, vc, shape, trace, meta)
 

@@ -1,4 +1,4 @@
-"""Fault injection for organization-backed serving: one registry both sides read (issue 11).
+"""Fault injection for organization-backed serving: one registry both sides read.
 
 A fault makes the memory path deliberately wrong so that the checks (greedy-token equality,
 ``--check-invariants``) can be shown to have teeth. The name travels in the engine config

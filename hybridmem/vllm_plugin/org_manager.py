@@ -1,4 +1,4 @@
-"""A vLLM 0.32 KV-cache manager whose every decision is an organization's (issue 11, SPEC §5).
+"""A vLLM 0.32 KV-cache manager whose every decision is an organization's (paper §3.1, §4.4).
 
 :class:`OrgKVCacheManager` replaces ``Scheduler.kv_cache_manager`` (see :mod:`.org_scheduler`).
 vLLM's real scheduler keeps admitting, chunking, preempting and stepping; memory is the

@@ -1,4 +1,4 @@
-"""vLLM's real Scheduler serving through an organization (issue 11): ``OrgScheduler``.
+"""vLLM's real Scheduler serving through an organization: ``OrgScheduler``.
 
 Used through vLLM's supported seam ``scheduler_cls`` (resolved in ``config/scheduler.py``)::
 

@@ -1,4 +1,4 @@
-"""Which organization serves, with which budget and policy: settings and capacity (issue 11).
+"""Which organization serves, with which budget and policy: settings and capacity.
 
 The settings travel inside vLLM's engine config, ``additional_config={"hybridmem": {...}}``
 (``vllm serve --additional-config '{"hybridmem": {...}}'``), so the engine-core process builds
@@ -251,7 +251,7 @@ def build_org(plan: OrgPlan, observer: Observer | None) -> CachedOrganization:
 
 def _decode_lines_with_own_slots(org: CachedOrganization) -> None:
     """Shim: ``CachedOrganization._conv_pages`` decodes S2 lines with the default 16 slots per
-    slab; the tiny model's slabs have 32 (issue 11, item 7: being fixed in ``cached_org``).
+    slab; the tiny model's slabs have 32 (``cached_org`` decodes with 16).
     Bind a per-instance version that decodes with the organization's own slot count. Identical
     to the method when the slab has 16 slots or once the method is fixed."""
     if org.slabs is None or org.slabs.slots_per_slab == 16:

@@ -1,4 +1,4 @@
-"""One Mamba layer's recurrent state stored the organization's way (issue 11, item 3).
+"""One Mamba layer's recurrent state stored the organization's way.
 
 A :class:`LayerStore` owns (or borrows) the layer's page arena ``[num_pages, page_bytes]`` and
 moves whole checkpoints between it and contiguous rows (a scratch the model's forward runs on).

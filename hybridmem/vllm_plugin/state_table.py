@@ -1,4 +1,4 @@
-"""The seam between the organization-backed scheduler side and the worker side (issue 11).
+"""The seam between the organization-backed scheduler side and the worker side.
 
 The scheduler side (``org_manager``: a vLLM KV-cache manager that drives an organization) decides
 where every recurrent checkpoint lives; the worker side (``org_state``: wrappers around vLLM's
