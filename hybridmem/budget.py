@@ -265,16 +265,19 @@ def plan_budget(units: Units, budget: Budget, attention_fraction: float | None =
     s0 = SharedPlan(_round_half_up(nominal / units.s0_page_bytes), units.s0_page_bytes)
     s1 = SharedPlan(_round_half_up(nominal / units.page_bytes), units.page_bytes)
     f = _fraction(units, attention_fraction)
-    d0 = None
-    if f is not None:
-        d0 = D0Plan(
-            attention_units=floor(f * nominal / units.d0_attn_unit_bytes),
-            attention_unit_bytes=units.d0_attn_unit_bytes,
-            recurrent_units=floor((1 - f) * nominal / units.d0_recurrent_unit_bytes),
-            recurrent_unit_bytes=units.d0_recurrent_unit_bytes,
-            attention_fraction=float(f),
-        )
+    d0 = None if f is None else _d0_plan(units, f, nominal)
     return Plan(units, budget, s0, s1, SharedPlan(s1.pages, s1.page_bytes), d0)
+
+
+def _d0_plan(units: Units, f: Fraction, per_layer: Fraction) -> D0Plan:
+    """D0's two pools for a per-layer byte target: floor(f B / 16a) and floor((1 - f) B / r)."""
+    return D0Plan(
+        attention_units=floor(f * per_layer / units.d0_attn_unit_bytes),
+        attention_unit_bytes=units.d0_attn_unit_bytes,
+        recurrent_units=floor((1 - f) * per_layer / units.d0_recurrent_unit_bytes),
+        recurrent_unit_bytes=units.d0_recurrent_unit_bytes,
+        attention_fraction=float(f),
+    )
 
 
 def plan_total(units: Units, budget: Budget, attention_fraction: float | None = None) -> Plan:
@@ -290,12 +293,6 @@ def plan_total(units: Units, budget: Budget, attention_fraction: float | None = 
     f = _fraction(units, attention_fraction)
     d0 = None
     if f is not None:
-        per_layer = total / (f * geo.n_attention_layers + (1 - f) * geo.n_mamba_layers)
-        d0 = D0Plan(
-            attention_units=floor(f * per_layer / units.d0_attn_unit_bytes),
-            attention_unit_bytes=units.d0_attn_unit_bytes,
-            recurrent_units=floor((1 - f) * per_layer / units.d0_recurrent_unit_bytes),
-            recurrent_unit_bytes=units.d0_recurrent_unit_bytes,
-            attention_fraction=float(f),
-        )
+        d0 = _d0_plan(units, f, total / (f * geo.n_attention_layers
+                                         + (1 - f) * geo.n_mamba_layers))
     return Plan(units, budget, s0, s1, SharedPlan(s1.pages, s1.page_bytes), d0)
