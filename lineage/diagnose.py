@@ -142,18 +142,25 @@ def _id_map(order: Sequence[str], directory: Path | None) -> dict[str, str]:
     """Trace request id -> workload request id: from results.parquet's (request_id,
     engine_request_id) when present, else by dropping vLLM's 8-character suffix."""
     mapping: dict[str, str] = {}
-    if directory is not None and (directory / RESULTS_NAME).is_file():
-        import pyarrow.parquet as pq
-
-        res = pq.read_table(directory / RESULTS_NAME)
-        if {"request_id", "engine_request_id"} <= set(res.column_names):
-            for rid, eid in zip(res.column("request_id").to_pylist(),
-                                res.column("engine_request_id").to_pylist(), strict=True):
-                if eid:
-                    mapping[str(eid)] = str(rid)
+    for eid, rid in _results_pairs(directory, "engine_request_id", "request_id") or ():
+        if eid:
+            mapping[str(eid)] = str(rid)
     for rid in order:
         mapping.setdefault(rid, rid)
     return mapping
+
+
+def _results_pairs(directory: Path | None, key: str, value: str) -> list[tuple[Any, Any]] | None:
+    """``(key, value)`` per row of the run's results.parquet (None: no file, or no such
+    columns)."""
+    if directory is None or not (directory / RESULTS_NAME).is_file():
+        return None
+    import pyarrow.parquet as pq
+
+    res = pq.read_table(directory / RESULTS_NAME)
+    if not {key, value} <= set(res.column_names):
+        return None
+    return list(zip(res.column(key).to_pylist(), res.column(value).to_pylist(), strict=True))
 
 
 def workload_tokens(order: Sequence[str], path: Path) -> dict[str, Sequence[int]]:
@@ -198,16 +205,12 @@ def engine_counters(trace_path: str | Path, order: Sequence[str],
             stats = {k: int(v) for k, v in data.items()
                      if isinstance(v, int) and not isinstance(v, bool)}
             sources.append(side.name)
-    if directory is not None and (directory / RESULTS_NAME).is_file():
-        import pyarrow.parquet as pq
-
-        res = pq.read_table(directory / RESULTS_NAME)
-        if {"engine_request_id", "cached_tokens"} <= set(res.column_names):
-            for eid, n in zip(res.column("engine_request_id").to_pylist(),
-                              res.column("cached_tokens").to_pylist(), strict=True):
-                if eid:
-                    cached[str(eid)] = int(n or 0)
-            sources.append(RESULTS_NAME)
+    pairs = _results_pairs(directory, "engine_request_id", "cached_tokens")
+    if pairs is not None:
+        for eid, n in pairs:
+            if eid:
+                cached[str(eid)] = int(n or 0)
+        sources.append(RESULTS_NAME)
     if directory is not None and (directory / SUMMARY_NAME).is_file():
         s = _read_json(directory / SUMMARY_NAME)
         if isinstance(s, dict) and isinstance(s.get("prefix_hit_tokens"), int):
