@@ -120,7 +120,7 @@ def out_path(suffixes: tuple[str, ...] = ()) -> Any:
     def parse(text: str) -> str:
         raw = str(text)
         if not raw.strip():
-            raise argparse.ArgumentTypeError("an empty output path")
+            raise argparse.ArgumentTypeError("an empty path")
         if "\x00" in raw:
             raise argparse.ArgumentTypeError(f"{raw!r} contains a NUL byte")
         if suffixes and not raw.lower().endswith(suffixes):

@@ -15,7 +15,6 @@ import argparse
 import json
 import math
 import sys
-from pathlib import Path
 
 from hybridmem.cli import models
 from hybridmem.cli.common import attention_fraction, path_arg
@@ -87,7 +86,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="override one cost constant (repeatable), e.g. --cost mfu=0.5")
     p.add_argument("--step-log", action="store_true",
                    help="also write OUT/steps.parquet (per-step features and durations)")
-    p.add_argument("--replay", type=Path, default=None, metavar="RUN",
+    p.add_argument("--replay", type=path_arg(), default=None, metavar="RUN",
                    help="re-run a recorded run's workload (RUN: a run directory with "
                    "workload.json, or its trace) under each --org at the same bytes; writes "
                    "OUT/<org>/ and OUT/comparison.md (hybridmem/sim/README.md, 'Replay')")
