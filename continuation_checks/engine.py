@@ -305,15 +305,20 @@ class ContinuationEngine:
                     continue
                 comp = out.outputs[0]
                 sub.token_ids.extend(int(t) for t in comp.token_ids)
-                for pos in comp.logprobs or []:
-                    vals = sorted((lp.logprob for lp in pos.values()), reverse=True)
-                    sub.top2.append((float(vals[0]), float(vals[1]) if len(vals) > 1
-                                     else float("-inf")))
+                sub.top2.extend(top2(pos) for pos in comp.logprobs or [])
                 if out.finished:
                     sub.finished = True
 
     def shutdown(self) -> None:
         self.engine.engine_core.shutdown()
+
+
+def top2(position: Any) -> tuple[float, float]:
+    """(top-1, top-2) log-probabilities of one generated position (vLLM's ``{token: Logprob}``;
+    top-2 is ``-inf`` when only one came back): the largest two, whatever order vLLM lists
+    them in."""
+    vals = sorted((lp.logprob for lp in position.values()), reverse=True)
+    return float(vals[0]), float(vals[1]) if len(vals) > 1 else float("-inf")
 
 
 def engine_kwargs_for(cfg: EngineConfig) -> dict[str, Any]:

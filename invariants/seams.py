@@ -1,0 +1,610 @@
+"""Mutants anchored on behaviour: a named function plus an operator, never a line of text.
+
+A :class:`SeamMutant` is one plausible bug, named for the behaviour it breaks
+("adopted-blocks-zeroed"), applied at a :class:`Seam`: a module and the qualified name of a
+function or method in it (``"OrgKVCacheManager._admit"``). What changes is one of
+
+* an **AST operator** (:class:`Op` subclasses) inside that function, identified by its kind and
+  what it touches -- the names and constants it reads, the call it sits in, the variable it
+  assigns -- never by line number or source text. The function's source is parsed, the
+  operator rewrites the matching nodes, and the function is recompiled with the module's own
+  globals (so classes and constants stay the real ones);
+* a **wrapper** (:class:`Wrap`) around the function: change its result or arguments, skip it,
+  or replace it.
+
+A seam that no longer exists, or an operator that matches nothing (or, unless it says
+``every=True``, more than one site), raises :class:`SeamGone` when the mutant is built, so a
+refactor that moves the code fails loudly instead of scoring a silent equivalent.
+
+:func:`applied` installs the mutant with ``setattr`` for the duration of a block and restores
+everything after; besides the seam's owner it rebinds every loaded module attribute that held
+the original function (``from m import f`` copies), so the code that runs is the mutant
+wherever it was imported. Files on disk are never touched.
+
+The same mutant runs under pytest through :mod:`invariants.seam_plugin` (the environment
+variable ``HYBRIDMEM_SEAM_MUTANT`` names it; the plugin installs it before collection, so the
+tests exercise exactly the code installed here); :mod:`invariants.serving_mutants` holds the
+serving path's set and scores it.
+
+Examples::
+
+    SeamMutant("adopted-blocks-zeroed", "kv-manager",
+               Seam("hybridmem.vllm_plugin.org_manager", "OrgKVCacheManager._admit"),
+               Unslice("attn", in_call="extend"),
+               "the adopter's cached attention blocks are queued for zeroing with its new ones")
+    SeamMutant("state-table-keeps-dropped-mapping", "state-table",
+               Seam("hybridmem.vllm_plugin.state_table", "StateTable.drop"), skip(),
+               "a dropped block id still resolves to its old address")
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import importlib
+import inspect
+import sys
+import textwrap
+import types
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+
+class SeamGone(RuntimeError):
+    """A mutant's seam (function) or operator site is not where the mutant says any more."""
+
+
+# == seams =======================================================================================
+@dataclass(frozen=True)
+class Seam:
+    """A function or method: ``module`` (dotted) and ``qualname`` (``Class.method`` or
+    ``function``; properties, static and class methods included)."""
+
+    module: str
+    qualname: str
+
+    def __str__(self) -> str:
+        return f"{self.module}:{self.qualname}"
+
+    def resolve(self) -> tuple[Any, str, Any, Callable[..., Any]]:
+        """``(owner, attribute, raw attribute, function)``; :class:`SeamGone` if missing."""
+        try:
+            owner: Any = importlib.import_module(self.module)
+        except ImportError as exc:
+            raise SeamGone(f"seam {self}: module not importable ({exc})") from None
+        *path, attr = self.qualname.split(".")
+        for part in path:
+            owner = vars(owner).get(part) if isinstance(owner, type) else getattr(owner, part,
+                                                                                  None)
+            if not isinstance(owner, type):
+                raise SeamGone(f"seam {self}: no class {part!r} on the way to {attr!r}")
+        raw = vars(owner).get(attr) if isinstance(owner, type) else getattr(owner, attr, None)
+        fn = raw.fget if isinstance(raw, property) else \
+            raw.__func__ if isinstance(raw, (staticmethod, classmethod)) else raw
+        if callable(fn) and isinstance(getattr(fn, "__wrapped__", None), types.FunctionType):
+            return owner, attr, raw, fn  # a decorated function (functools.cache, wraps)
+        if not isinstance(fn, types.FunctionType):
+            raise SeamGone(f"seam {self}: no function {attr!r} there (found {type(raw).__name__})")
+        return owner, attr, raw, fn
+
+
+def _rewrap(raw: Any, fn: Callable[..., Any]) -> Any:
+    """``fn`` dressed as ``raw`` was (property, staticmethod, classmethod or plain)."""
+    if isinstance(raw, property):
+        return property(fn, raw.fset, raw.fdel, raw.__doc__)
+    if isinstance(raw, staticmethod):
+        return staticmethod(fn)
+    if isinstance(raw, classmethod):
+        return classmethod(fn)
+    return fn
+
+
+# == AST operators ===============================================================================
+def _dotted(node: ast.AST) -> str | None:
+    """``a.b.c`` for a Name/Attribute chain, else None."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        base = _dotted(node.value)
+        return None if base is None else f"{base}.{node.attr}"
+    return None
+
+
+def _call_name(node: ast.Call) -> str | None:
+    """The called function's last name: ``f`` for ``f(...)`` and ``x.y.f(...)``."""
+    if isinstance(node.func, ast.Name):
+        return node.func.id
+    if isinstance(node.func, ast.Attribute):
+        return node.func.attr
+    return None
+
+
+def _mentions(node: ast.AST, name: str) -> bool:
+    """Whether ``node`` reads ``name`` (a variable, an attribute chain such as ``self.x``, an
+    attribute name, or a called function's name)."""
+    for sub in ast.walk(node):
+        d = _dotted(sub)
+        if d is not None and (d == name or d.endswith("." + name)):
+            return True
+        if isinstance(sub, ast.Attribute) and sub.attr == name:
+            return True
+    return False
+
+
+@dataclass(frozen=True)
+class Op:
+    """An AST operator. ``in_call``: only sites inside a call of that function name;
+    ``in_assign``: only sites inside a statement that assigns (or augments) that name;
+    ``every``: rewrite every matching site (default: exactly one must match)."""
+
+    in_call: str | None = field(default=None, kw_only=True)
+    in_assign: str | None = field(default=None, kw_only=True)
+    every: bool = field(default=False, kw_only=True)
+    kind: ClassVar[str] = "op"
+
+    def describe(self) -> str:
+        fields = {k: v for k, v in vars(self).items() if v not in (None, False)}
+        return f"{self.kind}({', '.join(f'{k}={v!r}' for k, v in fields.items())})"
+
+    # subclasses: is ``node`` a site, and what replaces it (None: delete a statement)
+    def matches(self, node: ast.AST) -> bool:
+        raise NotImplementedError
+
+    def rewrite(self, node: ast.AST) -> ast.AST | None:
+        raise NotImplementedError
+
+
+def _expr(text: str) -> ast.expr:
+    return ast.parse(text, mode="eval").body
+
+
+@dataclass(frozen=True)
+class FlipCompare(Op):
+    """Comparison operator ``old`` -> ``new`` (``"<="`` -> ``"<"``) in a comparison that reads
+    ``touches`` (any, when empty)."""
+
+    old: str
+    new: str
+    touches: str = ""
+    kind: ClassVar[str] = "flip-compare"
+    _OPS: ClassVar[dict[str, type]] = {"<": ast.Lt, "<=": ast.LtE, ">": ast.Gt, ">=": ast.GtE,
+                                       "==": ast.Eq, "!=": ast.NotEq, "in": ast.In,
+                                       "not in": ast.NotIn, "is": ast.Is, "is not": ast.IsNot}
+
+    def matches(self, node: ast.AST) -> bool:
+        return isinstance(node, ast.Compare) and \
+            any(isinstance(o, self._OPS[self.old]) for o in node.ops) and \
+            (not self.touches or _mentions(node, self.touches))
+
+    def rewrite(self, node: ast.AST) -> ast.AST:
+        assert isinstance(node, ast.Compare)
+        node.ops = [self._OPS[self.new]() if isinstance(o, self._OPS[self.old]) else o
+                    for o in node.ops]
+        return node
+
+
+@dataclass(frozen=True)
+class ReplaceConst(Op):
+    """A literal ``old`` (int, float, str; negative numbers included) -> ``new``."""
+
+    old: object
+    new: object
+    kind: ClassVar[str] = "replace-const"
+
+    def _value(self, node: ast.AST) -> object:
+        if isinstance(node, ast.Constant):
+            return node.value
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and \
+                isinstance(node.operand, ast.Constant) and \
+                isinstance(node.operand.value, (int, float)):
+            return -node.operand.value
+        return _NOTHING
+
+    def matches(self, node: ast.AST) -> bool:
+        v = self._value(node)
+        return v is not _NOTHING and type(v) is type(self.old) and v == self.old and \
+            not getattr(node, "_hm_negated", False)
+
+    def rewrite(self, node: ast.AST) -> ast.AST:
+        return _expr(repr(self.new))
+
+
+_NOTHING = object()
+
+
+@dataclass(frozen=True)
+class ReplaceName(Op):
+    """Every read of ``name`` (a variable or an attribute chain such as ``self._grid``) ->
+    the expression ``new`` (``"0"``, ``"total"``, ``"end + 1"``)."""
+
+    name: str
+    new: str
+    kind: ClassVar[str] = "replace-name"
+
+    def matches(self, node: ast.AST) -> bool:
+        return isinstance(node, (ast.Name, ast.Attribute)) and \
+            isinstance(getattr(node, "ctx", None), ast.Load) and _dotted(node) == self.name
+
+    def rewrite(self, node: ast.AST) -> ast.AST:
+        return _expr(self.new)
+
+
+@dataclass(frozen=True)
+class DropCall(Op):
+    """A statement that is a call of ``func`` (``x.func(...)`` or ``func(...)``) is skipped;
+    ``touches``: only a call that reads that name too."""
+
+    func: str
+    touches: str = ""
+    kind: ClassVar[str] = "drop-call"
+
+    def matches(self, node: ast.AST) -> bool:
+        return isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) and \
+            _call_name(node.value) == self.func and \
+            (not self.touches or _mentions(node.value, self.touches))
+
+    def rewrite(self, node: ast.AST) -> ast.AST | None:
+        return None
+
+
+@dataclass(frozen=True)
+class DropAssign(Op):
+    """An assignment statement to ``target`` is skipped: a name or attribute chain
+    (``"total"``, ``"self.x"``), or ``"x[]"`` for a store into an item of ``x``."""
+
+    target: str
+    kind: ClassVar[str] = "drop-assign"
+
+    def matches(self, node: ast.AST) -> bool:
+        if not isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+            return False
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        if self.target.endswith("[]"):
+            return any(isinstance(t, ast.Subscript) and _dotted(t.value) == self.target[:-2]
+                       for t in targets)
+        return any(_dotted(t) == self.target for t in targets)
+
+    def rewrite(self, node: ast.AST) -> ast.AST | None:
+        return None
+
+
+@dataclass(frozen=True)
+class ReplaceArg(Op):
+    """Argument ``index`` (an int) or keyword ``index`` (a str) of calls of ``func`` ->
+    ``new`` (an expression), or dropped when ``new`` is None (a keyword only)."""
+
+    func: str
+    index: int | str
+    new: str | None
+    kind: ClassVar[str] = "replace-arg"
+
+    def matches(self, node: ast.AST) -> bool:
+        if not (isinstance(node, ast.Call) and _call_name(node) == self.func):
+            return False
+        if isinstance(self.index, int):
+            return len(node.args) > self.index
+        return any(k.arg == self.index for k in node.keywords)
+
+    def rewrite(self, node: ast.AST) -> ast.AST:
+        assert isinstance(node, ast.Call)
+        if isinstance(self.index, int):
+            assert self.new is not None
+            node.args[self.index] = _expr(self.new)
+        elif self.new is None:
+            node.keywords = [k for k in node.keywords if k.arg != self.index]
+        else:
+            node.keywords = [ast.keyword(k.arg, _expr(self.new)) if k.arg == self.index else k
+                             for k in node.keywords]
+        return node
+
+
+@dataclass(frozen=True)
+class SwapArgs(Op):
+    """Positional arguments ``i`` and ``j`` of calls of ``func`` swapped."""
+
+    func: str
+    i: int = 0
+    j: int = 1
+    kind: ClassVar[str] = "swap-args"
+
+    def matches(self, node: ast.AST) -> bool:
+        return isinstance(node, ast.Call) and _call_name(node) == self.func and \
+            len(node.args) > max(self.i, self.j)
+
+    def rewrite(self, node: ast.AST) -> ast.AST:
+        assert isinstance(node, ast.Call)
+        node.args[self.i], node.args[self.j] = node.args[self.j], node.args[self.i]
+        return node
+
+
+@dataclass(frozen=True)
+class SwapOperands(Op):
+    """``a - b`` -> ``b - a`` (``op``: ``"-"``, ``"/"``, ``"//"``) where it reads ``touches``."""
+
+    op: str = "-"
+    touches: str = ""
+    kind: ClassVar[str] = "swap-operands"
+    _OPS: ClassVar[dict[str, type]] = {"-": ast.Sub, "/": ast.Div, "//": ast.FloorDiv}
+
+    def matches(self, node: ast.AST) -> bool:
+        return isinstance(node, ast.BinOp) and isinstance(node.op, self._OPS[self.op]) and \
+            (not self.touches or _mentions(node, self.touches))
+
+    def rewrite(self, node: ast.AST) -> ast.AST:
+        assert isinstance(node, ast.BinOp)
+        node.left, node.right = node.right, node.left
+        return node
+
+
+@dataclass(frozen=True)
+class Negate(Op):
+    """The test of an ``if`` / ``while`` / conditional expression / comprehension filter that
+    reads ``touches`` is negated."""
+
+    touches: str
+    kind: ClassVar[str] = "negate"
+
+    def matches(self, node: ast.AST) -> bool:
+        return isinstance(node, (ast.If, ast.While, ast.IfExp)) and \
+            _mentions(node.test, self.touches)
+
+    def rewrite(self, node: ast.AST) -> ast.AST:
+        assert isinstance(node, (ast.If, ast.While, ast.IfExp))
+        node.test = ast.UnaryOp(ast.Not(), node.test)
+        return node
+
+
+@dataclass(frozen=True)
+class AlwaysTrue(Op):
+    """A comparison (or a boolean call) that reads ``touches`` and sits in a condition or a
+    boolean operation is replaced by ``True`` (a check dropped from a conjunction)."""
+
+    touches: str
+    value: bool = True
+    kind: ClassVar[str] = "always"
+
+    def matches(self, node: ast.AST) -> bool:
+        return isinstance(node, (ast.Compare, ast.Call)) and _mentions(node, self.touches) \
+            and getattr(node, "_hm_in_test", False)
+
+    def rewrite(self, node: ast.AST) -> ast.AST:
+        return ast.Constant(self.value)
+
+
+@dataclass(frozen=True)
+class SwapBoolOp(Op):
+    """``and`` <-> ``or`` in a boolean operation that reads ``touches``."""
+
+    touches: str = ""
+    kind: ClassVar[str] = "swap-boolop"
+
+    def matches(self, node: ast.AST) -> bool:
+        return isinstance(node, ast.BoolOp) and \
+            (not self.touches or _mentions(node, self.touches))
+
+    def rewrite(self, node: ast.AST) -> ast.AST:
+        assert isinstance(node, ast.BoolOp)
+        node.op = ast.Or() if isinstance(node.op, ast.And) else ast.And()
+        return node
+
+
+@dataclass(frozen=True)
+class Unslice(Op):
+    """``of[...]`` -> ``of``: the whole sequence where a part was meant."""
+
+    of: str
+    kind: ClassVar[str] = "unslice"
+
+    def matches(self, node: ast.AST) -> bool:
+        return isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load) and \
+            _dotted(node.value) == self.of
+
+    def rewrite(self, node: ast.AST) -> ast.AST:
+        assert isinstance(node, ast.Subscript)
+        return node.value
+
+
+def _mark_tests(tree: ast.AST) -> None:
+    """Flag comparisons and calls that sit in a condition or a boolean operation (for
+    :class:`AlwaysTrue`), and the operands of unary minus (for :class:`ReplaceConst`)."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            node.operand._hm_negated = True  # type: ignore[attr-defined]  # -1 is one literal
+        tests: list[ast.AST] = []
+        if isinstance(node, (ast.If, ast.While, ast.IfExp, ast.Assert)):
+            tests.append(node.test)
+        elif isinstance(node, ast.BoolOp):
+            tests.extend(node.values)
+        elif isinstance(node, ast.comprehension):
+            tests.extend(node.ifs)
+        for t in tests:
+            if isinstance(t, ast.UnaryOp) and isinstance(t.op, ast.Not):
+                t = t.operand
+            if isinstance(t, (ast.Compare, ast.Call)):
+                t._hm_in_test = True  # type: ignore[attr-defined]
+
+
+class _Rewriter(ast.NodeTransformer):
+    def __init__(self, op: Op) -> None:
+        self.op = op
+        self.sites = 0
+        self._call: list[str | None] = []
+        self._assign: list[set[str]] = []
+
+    def _scoped(self) -> bool:
+        if self.op.in_call is not None and self.op.in_call not in self._call:
+            return False
+        return self.op.in_assign is None or any(self.op.in_assign in s for s in self._assign)
+
+    def visit(self, node: ast.AST) -> Any:
+        pushed_call = isinstance(node, ast.Call)
+        pushed_assign = isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign))
+        if pushed_call:
+            self._call.append(_call_name(node))  # type: ignore[arg-type]
+        if pushed_assign:
+            targets = node.targets if isinstance(node, ast.Assign) else \
+                [node.target]  # type: ignore[attr-defined]
+            names = {n for t in targets for sub in ast.walk(t)
+                     if (n := _dotted(sub)) is not None}
+            self._assign.append(names)
+        try:
+            node = self.generic_visit(node)  # children first: a rewritten node is not revisited
+            if self.op.matches(node) and self._scoped():
+                self.sites += 1
+                return self.op.rewrite(node) if self.op.kind not in ("drop-call", "drop-assign") \
+                    else ast.Pass()
+            return node
+        finally:
+            if pushed_call:
+                self._call.pop()
+            if pushed_assign:
+                self._assign.pop()
+
+
+def _recompiled(seam: Seam, op: Op, label: str) -> Callable[..., Any]:
+    """The seam's function with ``op`` applied, compiled against the module's globals."""
+    owner, _attr, _raw, fn = seam.resolve()
+    fn = inspect.unwrap(fn)  # a cached function is recompiled without its cache
+    try:
+        src = textwrap.dedent(inspect.getsource(fn))
+    except (OSError, TypeError) as exc:
+        raise SeamGone(f"seam {seam}: no source ({exc})") from None
+    tree = ast.parse(src)
+    fdef = tree.body[0]
+    if not isinstance(fdef, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        raise SeamGone(f"seam {seam}: its source is not a function definition")
+    fdef.decorator_list = []  # re-dressed by _rewrap (property, staticmethod, ...)
+    _mark_tests(fdef)
+    rw = _Rewriter(op)
+    fdef.body = [rw.visit(s) for s in fdef.body]
+    if rw.sites == 0 or (rw.sites > 1 and not op.every):
+        raise SeamGone(f"mutant {label}: {op.describe()} matches {rw.sites} sites in {seam} "
+                       "(expected exactly one; every=True for all)")
+    ast.increment_lineno(tree, fn.__code__.co_firstlineno - 1)
+    # compile inside a class when the function is a method, so ``super()`` / ``__class__``
+    # get their cell; the cell is then pointed at the real class
+    module = ast.Module(body=[ast.ClassDef("_Seam", [], [], [fdef], [])]
+                        if isinstance(owner, type) else [fdef], type_ignores=[])
+    ast.fix_missing_locations(module)
+    scratch: dict[str, Any] = {"__name__": seam.module}
+    exec(compile(module, f"<mutant {label}>", "exec"), scratch)  # noqa: S102
+    made = vars(scratch["_Seam"])[fdef.name] if isinstance(owner, type) else scratch[fdef.name]
+    if isinstance(made, (staticmethod, classmethod)):
+        made = made.__func__
+    cells = tuple(types.CellType(owner) if name == "__class__" else
+                  fn.__closure__[fn.__code__.co_freevars.index(name)]  # type: ignore[index]
+                  if fn.__closure__ and name in fn.__code__.co_freevars else
+                  types.CellType(None) for name in made.__code__.co_freevars)
+    new = types.FunctionType(made.__code__, fn.__globals__, fn.__name__, fn.__defaults__,
+                             cells or None)
+    new.__kwdefaults__ = fn.__kwdefaults__
+    new.__qualname__ = fn.__qualname__
+    new.__doc__ = fn.__doc__
+    new.__dict__.update(fn.__dict__)
+    return new
+
+
+# == wrappers ====================================================================================
+@dataclass(frozen=True)
+class Wrap:
+    """The seam's function replaced by ``make(original)``; ``what`` says what it does."""
+
+    what: str
+    make: Callable[[Callable[..., Any]], Callable[..., Any]]
+    kind: ClassVar[str] = "wrap"
+
+    def describe(self) -> str:
+        return f"wrap({self.what})"
+
+
+def skip(returning: Any = None) -> Wrap:
+    """The call does nothing and returns ``returning``."""
+    return Wrap(f"skip, return {returning!r}", lambda _orig: lambda *a, **k: returning)
+
+
+def returns(change: Callable[..., Any], what: str) -> Wrap:
+    """The result replaced by ``change(result, *args, **kwargs)``."""
+    def make(orig: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(orig)
+        def wrapper(*a: Any, **k: Any) -> Any:
+            return change(orig(*a, **k), *a, **k)
+        return wrapper
+    return Wrap(what, make)
+
+
+def replaced(fn: Callable[..., Any], what: str) -> Wrap:
+    """The function replaced by ``fn`` (which does not call the original)."""
+    return Wrap(what, lambda _orig: fn)
+
+
+# == mutants =====================================================================================
+@dataclass(frozen=True)
+class SeamMutant:
+    """One plausible bug: ``name`` says the behaviour it breaks, ``why`` why it is plausible;
+    ``tests`` the fast test files (or node ids) that must kill it; ``equivalent`` (when set)
+    why no test can tell it apart, and then it is run but not scored."""
+
+    name: str
+    cluster: str
+    seam: Seam
+    change: Op | Wrap
+    why: str
+    tests: tuple[str, ...] = ()
+    equivalent: str = ""
+
+    def describe(self) -> str:
+        return f"{self.name}: {self.change.describe()} at {self.seam}"
+
+    def replacement(self) -> tuple[Any, str, Any, Any]:
+        """``(owner, attribute, original raw attribute, replacement raw attribute)``."""
+        owner, attr, raw, fn = self.seam.resolve()
+        if isinstance(self.change, Wrap):
+            new = self.change.make(fn)
+        else:
+            new = _recompiled(self.seam, self.change, self.name)
+        return owner, attr, raw, _rewrap(raw, new)
+
+
+def _aliases(original: Any) -> list[tuple[Any, str]]:
+    """Module attributes that hold ``original`` (``from m import f`` copies)."""
+    out = []
+    for mod in list(sys.modules.values()):
+        d = getattr(mod, "__dict__", None)
+        if not isinstance(d, dict):
+            continue
+        for k, v in list(d.items()):
+            if v is original:
+                out.append((mod, k))
+    return out
+
+
+def install(m: SeamMutant) -> Callable[[], None]:
+    """Install ``m``; returns the function that restores the original."""
+    owner, attr, raw, new = m.replacement()
+    targets = [(owner, attr)]
+    if not isinstance(owner, type):  # a module function: its imported copies too
+        targets += [(mod, k) for mod, k in _aliases(raw) if (mod, k) != (owner, attr)]
+    saved = [(o, a, o.__dict__[a] if isinstance(o, type) else getattr(o, a)) for o, a in targets]
+    for o, a in targets:
+        setattr(o, a, new)
+
+    def restore() -> None:
+        for o, a, v in saved:
+            setattr(o, a, v)
+        if not isinstance(owner, type):  # copies taken while it was installed
+            for mod, k in _aliases(new):
+                setattr(mod, k, raw)
+
+    return restore
+
+
+@contextmanager
+def applied(m: SeamMutant) -> Iterator[None]:
+    """``m`` installed for the duration of the block (restored on exit)."""
+    restore = install(m)
+    try:
+        yield
+    finally:
+        restore()
