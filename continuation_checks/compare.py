@@ -63,6 +63,8 @@ def state_diff(a: Any, b: Any) -> StateDiff:
         d = (xf - yf).abs()
         if d.numel():
             m = float(d.max())
+            if math.isnan(m):  # max() below would drop a NaN (comparisons with NaN are False)
+                m = math.inf
             max_abs = max(max_abs, m)
             max_rel = max(max_rel, float((d / yf.abs().clamp_min(tiny)).max()))
             scaled = max(scaled, m / max(float(yf.abs().max()), tiny))

@@ -72,7 +72,7 @@ T_FAULTS = ("tests/engines/test_org_state_config.py",)
 T_SCHED = ("tests/engines/test_org_scheduler_split.py",)
 T_VERDICT = ("tests/continuation_checks/test_verdict.py",
              "tests/continuation_checks/test_run_units.py")
-T_LINEAGE = ("tests/lineage/test_classes.py", "tests/lineage/test_agreement.py")
+T_LINEAGE = ("tests/lineage/test_classes.py",)
 
 
 def _m(name: str, cluster: str, module: str, qualname: str, change: object, why: str,
@@ -347,8 +347,12 @@ MUTANTS: list[SeamMutant] = [
        FlipCompare("<=", "<", every=True), "a checkpoint exactly at the attention prefix's end "
        "is not joint", T_LINEAGE),
     _m("sql-depth-class-swapped", "lineage", "lineage.sql_files", "load_sql",
-       _sql_edit("episodes", "'deeper'", "'shallower'"),
-       "the SQL's deeper adoptions are reported as shallower", T_LINEAGE),
+       _sql_edit("episode_lineage", "x.j_adopt > d.j_enter", "x.j_adopt < d.j_enter"),
+       "the SQL's deeper and shallower adoptions swap classes", T_LINEAGE),
+    _m("sql-joint-depth-ignores-attention", "lineage", "lineage.sql_files", "load_sql",
+       _sql_edit("episode_lineage", "x.j_adopt = d.j_enter", "x.j_adopt >= d.j_enter"),
+       "the SQL counts every adoption at least as deep as J_enter as positive-equal",
+       T_LINEAGE),
 ]
 BY_NAME = {m.name: m for m in MUTANTS}
 

@@ -181,3 +181,33 @@ def test_state_diff_measures():
     assert d.scaled == pytest.approx(0.25, rel=1e-5)
     with pytest.raises(ValueError, match="shapes differ"):
         state_diff(StateBytes(a.conv[:5], a.ssm), a)
+
+
+def test_a_state_exactly_at_the_tolerance_is_within_it():
+    ref = state()
+    ev = baseline()
+    d = state_diff(perturbed(ref, 1e-3), ref)
+    ev.retained_state["retained"] = d
+    ev.reference_state = [d, d]  # tolerance = the reference variance = this difference
+    assert ev.tolerance == d.scaled
+    assert classify(ev).verdict is Verdict.IDENTICAL  # [tolerance-boundary-inclusive]
+
+
+def test_a_copy_differing_within_tolerance_is_still_a_mismatch():
+    ref = state()
+    ev = baseline()
+    ev.copy["retained-alone"] = state_diff(perturbed(ref, 1e-6), ref)
+    assert not ev.copy["retained-alone"].bitwise_equal
+    assert classify(ev).verdict is Verdict.STATE_MISMATCH  # [copy-compared-with-tolerance]
+
+
+def test_a_deeper_adoption_is_untreated():
+    ev = baseline()
+    ev.adopted_depth["retained"] = B + 128
+    assert classify(ev).verdict is Verdict.UNTREATED  # [deeper-adoption-treated]
+
+
+def test_split_instability_alone_is_reference_unstable():
+    ev = with_tokens(baseline(), retained=DIVERGED, split_repeat=DIVERGED)
+    d = classify(ev)
+    assert d.verdict is Verdict.REFERENCE_UNSTABLE and "split vs split-repeat at 4" in d.reason
