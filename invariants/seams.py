@@ -46,6 +46,7 @@ import inspect
 import sys
 import textwrap
 import types
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -489,7 +490,10 @@ def _recompiled(seam: Seam, op: Op, label: str) -> Callable[..., Any]:
                         if isinstance(owner, type) else [fdef], type_ignores=[])
     ast.fix_missing_locations(module)
     scratch: dict[str, Any] = {"__name__": seam.module}
-    exec(compile(module, f"<mutant {label}>", "exec"), scratch)  # noqa: S102
+    with warnings.catch_warnings():  # a mutant may be odd code (None[r]): it is not run
+        warnings.simplefilter("ignore", SyntaxWarning)
+        code = compile(module, f"<mutant {label}>", "exec")
+    exec(code, scratch)  # noqa: S102
     made = vars(scratch["_Seam"])[fdef.name] if isinstance(owner, type) else scratch[fdef.name]
     if isinstance(made, (staticmethod, classmethod)):
         made = made.__func__

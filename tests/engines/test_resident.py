@@ -173,3 +173,21 @@ def test_capacity_growth_writes_back_then_reads_every_row() -> None:
     for a in addresses:
         ssm, conv = _rows(store, a)
         assert torch.equal(ssm[:s], truth[a][0][:s]) and torch.equal(conv, truth[a][1])
+
+
+def test_a_remapped_row_is_dropped_not_written_to_its_old_address() -> None:
+    """The block id now maps another address (its checkpoint was released and the id reused):
+    the departed row is released without writing the old address's pages."""
+    layout, sizes = _case("S2", 3, 4)
+    store = LayerStore(layout, sizes)
+    table = StateTable(layout)
+    a, b = _addresses(layout, 2, random.Random(2))
+    table.set(5, a)
+    res = Residency()
+    res.bind(table)
+    plan = res.begin_step([(5, a)])
+    lay = res.scratch("layer", store)
+    lay.ssm[plan.slots[0]].fill_(9)
+    table.set(5, b)  # remapped
+    res.begin_step([])
+    assert not store.pages.any() and res.writes == 0 and not res.slots
