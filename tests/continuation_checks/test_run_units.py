@@ -51,8 +51,12 @@ class FakeEngine:
         self.watch: dict[str, int] = {}
         self.watch_early: dict[str, int] = {}
 
-    _block_at = ContinuationEngine._block_at
-    capture = ContinuationEngine._capture
+    # looked up at call time, so a mutant installed after this module loaded is what runs
+    def _block_at(self, engine_id: str, b: int) -> int | None:
+        return ContinuationEngine._block_at(self, engine_id, b)  # type: ignore[arg-type]
+
+    def capture(self) -> None:
+        ContinuationEngine._capture(self)  # type: ignore[arg-type]
 
 
 def test_the_state_at_b_is_the_block_at_position_b_over_g_minus_one() -> None:

@@ -349,9 +349,10 @@ CASES = [("S0", 14, {}), ("S1", 16, {}), ("S2", 14, {}),
 @pytest.mark.parametrize(("org", "pages", "extra"), CASES, ids=[c[0] for c in CASES])
 def test_manager_decisions_follow_the_model(org: str, pages: int, extra: dict[str, Any]) -> None:
     totals = [0, 0, 0]
-    for seed in range(6):
-        d = Driver(org, seed, pages, headroom=0.1, **extra)
-        for _ in range(70):
+    for seed in range(10):
+        pins = {"pin_k": 1} if seed % 2 else {}  # preemption pins: fit_chunk and admission
+        d = Driver(org, seed, pages, headroom=0.1, **pins, **extra)
+        for _ in range(80):
             d.step()
         totals[0] += d.admissions
         totals[1] += d.rejections
@@ -360,3 +361,25 @@ def test_manager_decisions_follow_the_model(org: str, pages: int, extra: dict[st
     # the programs reach what the rules are about (a program that never rejects or hits
     # would check nothing)
     assert admissions >= 20 and rejections >= 5 and hits >= 5, totals
+
+
+def test_fit_chunk_deducts_other_owners_pins_and_shortens_to_a_boundary() -> None:
+    """``a`` is preempted with its checkpoint at 96 pinned (pin_k = 1); ``b`` is new. The pin
+    counts against ``b``'s chunks, not against its owner's; a chunk the pool could not hold is
+    cut at the largest boundary that it could."""
+    m, _ = manager("S1", pages=14, pin_k=1)
+    model = Model(m)
+    a = Req("a", list(range(200)))
+    for _ in range(3):
+        m.allocate_slots(a, 32, full_sequence_must_fit=False)
+        a.status = RequestStatus.RUNNING
+        a.num_computed_tokens += 32
+    m.free(a)  # preemption: the deepest published checkpoint is pinned for a
+    assert [(ck.boundary, owner) for ck, owner in m.org.pins.values()] == [(96, "a")]
+    b = Req("b", [9] * 200)
+    assert m.fit_chunk(a, 96, 190) == 190  # [fit-chunk-counts-own-pins]
+    assert m.fit_chunk(b, 0, 197) == 128  # [fit-chunk-never-shortens]
+    for end in range(97, 201, 3):
+        assert m.fit_chunk(a, 96, end) == model.fit("a", 96, end), end
+    for end in range(1, 201, 3):
+        assert m.fit_chunk(b, 0, end) == model.fit("b", 0, end), end

@@ -191,3 +191,17 @@ def test_a_remapped_row_is_dropped_not_written_to_its_old_address() -> None:
     table.set(5, b)  # remapped
     res.begin_step([])
     assert not store.pages.any() and res.writes == 0 and not res.slots
+
+
+def test_slot_zero_is_never_handed_out() -> None:
+    """Slot 0 is vLLM's padding row: no key ever gets it, however many keys a step has."""
+    layout, _ = _case("S2", 3, 4)
+    table = StateTable(layout)
+    res = Residency()
+    res.bind(table)
+    addrs = _addresses(layout, 7, random.Random(3))
+    for n in (1, 3, 7):
+        keys = [(i + 1, a) for i, a in enumerate(addrs[:n])]
+        plan = res.begin_step(keys)
+        assert 0 not in plan.slots and len(set(plan.slots)) == n
+        assert all(0 < s < res.capacity for s in plan.slots)
