@@ -412,7 +412,7 @@ def _mark_tests(tree: ast.AST) -> None:
     :class:`AlwaysTrue`), and the operands of unary minus (for :class:`ReplaceConst`)."""
     for node in ast.walk(tree):
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-            node.operand._hm_negated = True  # type: ignore[attr-defined]  # -1 is one literal
+            setattr(node.operand, "_hm_negated", True)  # noqa: B010 (-1 is one literal)
         tests: list[ast.AST] = []
         if isinstance(node, (ast.If, ast.While, ast.IfExp, ast.Assert)):
             tests.append(node.test)
@@ -424,7 +424,7 @@ def _mark_tests(tree: ast.AST) -> None:
             if isinstance(t, ast.UnaryOp) and isinstance(t.op, ast.Not):
                 t = t.operand
             if isinstance(t, (ast.Compare, ast.Call)):
-                t._hm_in_test = True  # type: ignore[attr-defined]
+                setattr(t, "_hm_in_test", True)  # noqa: B010 (a mark on a foreign node)
 
 
 class _Rewriter(ast.NodeTransformer):
@@ -498,7 +498,7 @@ def _recompiled(seam: Seam, op: Op, label: str) -> Callable[..., Any]:
     if isinstance(made, (staticmethod, classmethod)):
         made = made.__func__
     cells = tuple(types.CellType(owner) if name == "__class__" else
-                  fn.__closure__[fn.__code__.co_freevars.index(name)]  # type: ignore[index]
+                  fn.__closure__[fn.__code__.co_freevars.index(name)]
                   if fn.__closure__ and name in fn.__code__.co_freevars else
                   types.CellType(None) for name in made.__code__.co_freevars)
     new = types.FunctionType(made.__code__, fn.__globals__, fn.__name__, fn.__defaults__,

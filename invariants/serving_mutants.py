@@ -96,7 +96,7 @@ def _sql_edit(view: str, old: str, new: str) -> object:
 
 
 MUTANTS: list[SeamMutant] = [
-    # -- KV manager: zeroing, block ids, tables ---------------------------------------------------
+    # -- KV manager: zeroing, block ids, tables ----------------------------------------------------
     _m("adopted-blocks-zeroed", "kv-manager", MGR, "OrgKVCacheManager._admit",
        Unslice("attn", in_call="extend"),
        "the adopter's cached attention blocks are queued for zeroing with its new ones",
@@ -158,7 +158,7 @@ MUTANTS: list[SeamMutant] = [
     _m("too-small-raised-while-others-hold", "admission", MGR, "OrgKVCacheManager._admit",
        Negate("holds_storage"), "a rejection stops the run although others will free storage",
        T_MANAGER),
-    # -- KV manager: publication and release ---------------------------------------------------------
+    # -- KV manager: publication and release -------------------------------------------------------
     _m("publishes-scheduled-not-computed", "kv-manager", MGR, "OrgKVCacheManager.allocate_slots",
        ReplaceArg("publish", 1, "total"),
        "state not yet executed is published (a checkpoint discoverable before it exists)",
@@ -193,7 +193,7 @@ MUTANTS: list[SeamMutant] = [
     _m("fit-chunk-never-shortens", "kv-manager", MGR, "OrgKVCacheManager.fit_chunk",
        replaced(lambda self, request, start, end: end, "return end"),
        "a chunk whose checkpoints cannot all be held is scheduled whole", T_MANAGER),
-    # -- state table (manager mirror and the table itself) -------------------------------------------
+    # -- state table (manager mirror and the table itself) -----------------------------------------
     _m("state-table-keeps-dropped-mapping", "state-table", ST, "StateTable.drop", skip(),
        "a dropped block id still resolves to its old address", T_STATE),
     _m("manager-never-drops-mappings", "state-table", MGR, "OrgKVCacheManager._sync_state",
@@ -213,7 +213,7 @@ MUTANTS: list[SeamMutant] = [
        FlipCompare("!=", "=="), "two requests may export into one destination block", T_STATE),
     _m("drop-exports-drops-the-others", "state-table", ST, "StateTable.drop_exports",
        FlipCompare("==", "!="), "dropping one request's exports drops everyone else's", T_STATE),
-    # -- write-back residency --------------------------------------------------------------------
+    # -- write-back residency ----------------------------------------------------------------------
     _m("write-back-keeps-remapped-row", "residency", RES, "Residency._write_back",
        AlwaysTrue("peek"), "a row whose block id now maps elsewhere is written to its old "
        "address", T_RESIDENT),
@@ -237,7 +237,7 @@ MUTANTS: list[SeamMutant] = [
        "rows about to be overwritten are written back first", T_RESIDENT,
        equivalent="forget() runs right before a copy overwrites the whole checkpoint at those "
        "addresses, so a write-back first leaves the same pages (only an extra write)"),
-    # -- page storage ------------------------------------------------------------------------
+    # -- page storage ------------------------------------------------------------------------------
     _m("conv-rows-not-written", "storage", STO, "LayerStore.write_rows",
        DropCall("index_copy_", touches="conv_pool"), "a write-back stores the SSM state only",
        T_STORAGE),
@@ -248,7 +248,7 @@ MUTANTS: list[SeamMutant] = [
        FlipCompare(">=", ">", touches="top"), "member id == num_pages is accepted", T_STORAGE),
     _m("partial-member-not-scattered", "storage", STO, "scatter_pages_cpu",
        DropAssign("pool[]"), "the last, partial member page is never written", T_STORAGE),
-    # -- boundary export (CPU forward) ---------------------------------------------------------
+    # -- boundary export (CPU forward) -------------------------------------------------------------
     _m("boundary-state-one-piece-early", "boundary-export", BND, "segmented_scan",
        ReplaceConst(1, 0, in_assign="sink"),
        "the state after piece k is filed under piece k's start", T_BOUNDARY),
@@ -261,7 +261,7 @@ MUTANTS: list[SeamMutant] = [
        "a cut exactly ``width`` tokens in takes the initial-state branch", T_BOUNDARY,
        equivalent="at o == width the initial-state branch concatenates head[:, width:] "
        "(empty) with x[:, lo:lo + width]: the same window as the in-chunk branch"),
-    # -- faults --------------------------------------------------------------------------------
+    # -- faults ------------------------------------------------------------------------------------
     _m("fault-env-ignored", "faults", FLT, "active",
        replaced(lambda: __import__(FLT, fromlist=["_ACTIVE"])._ACTIVE, "ignore the env"),
        "HYBRIDMEM_FAULT never activates a fault in an engine started without the config",
@@ -269,7 +269,7 @@ MUTANTS: list[SeamMutant] = [
     _m("unknown-fault-means-off", "faults", FLT, "is_active",
        Negate("FAULTS"), "a typo in a fault name is silently off (and known names raise)",
        T_FAULTS),
-    # -- scheduler -----------------------------------------------------------------------------
+    # -- scheduler ---------------------------------------------------------------------------------
     _m("chunk-stops-every-other-boundary", "scheduler", SCH,
        "OrgScheduler._mamba_block_aligned_split", ReplaceConst(1, 2, in_assign="stop"),
        "with chunk stops on, a chunk runs past a checkpoint boundary", T_SCHED),
@@ -282,7 +282,7 @@ MUTANTS: list[SeamMutant] = [
        "decode steps are fitted like prefill chunks", T_SCHED,
        equivalent="a decode chunk [start, start + 1) spans no boundary, so fit_chunk returns "
        "its end unchanged (only a wasted call)"),
-    # -- continuation verdicts and arms ---------------------------------------------------------
+    # -- continuation verdicts and arms ------------------------------------------------------------
     _m("arms-run-without-their-salts", "continuation", "continuation_checks.run", "_salt",
        replaced(lambda tag, run, case: f"{tag}-{case.case}", "one salt per case"),
        "every arm of a case shares one salt: a reference arm can hit the retained state",
@@ -340,7 +340,7 @@ MUTANTS: list[SeamMutant] = [
     _m("first-divergence-latest", "continuation", "continuation_checks.run",
        "CaseResult.first_divergence", ReplaceName("min", "max"),
        "the case's first divergence is the latest over the retained runs", T_VERDICT),
-    # -- lineage: replay and SQL --------------------------------------------------------------
+    # -- lineage: replay and SQL -------------------------------------------------------------------
     _m("depth-class-swapped", "lineage", "lineage.replay", "depth_class",
        FlipCompare(">", "<"), "deeper and shallower adoptions swap classes", T_LINEAGE),
     _m("joint-depth-past-attention", "lineage", "lineage.replay", "depths_from_flags",

@@ -136,7 +136,8 @@ def test_the_copy_check_compares_with_the_producer_not_the_reference() -> None:
     for r in ("split", "split-repeat", "split-alone"):
         runs[(3, r)].state = near
     res = _result(CASE, runs, producers, False, "float32")
-    assert all(res.evidence.copy[r].bitwise_equal for r in RETAINED_RUNS)  # [copy-checked-against-split]
+    # [copy-checked-against-split]
+    assert all(res.evidence.copy[r].bitwise_equal for r in RETAINED_RUNS)
     assert res.decision.verdict is Verdict.IDENTICAL
 
 
@@ -147,7 +148,8 @@ def test_the_reference_variance_includes_split_alone() -> None:
     far.ssm[0] += 0.25
     runs[(3, "split-alone")].state = far
     res = _result(CASE, runs, producers, False, "float32")
-    assert max(d.scaled for d in res.evidence.reference_state) > 0.01  # [reference-variance-from-split-itself]
+    # [reference-variance-from-split-itself]
+    assert max(d.scaled for d in res.evidence.reference_state) > 0.01
 
 
 def test_first_divergence_and_margin_of_a_case() -> None:
@@ -157,7 +159,7 @@ def test_first_divergence_and_margin_of_a_case() -> None:
         recompute=sub([1, 2, 3, 4], st=state(0), top=[(-0.1, -2.0), (-0.4, -0.5), (-1, -2),
                                                         (-1, -2)]))
     res = _result(CASE, runs, producers, False, "float32")
-    assert res.first_divergence == 1  # the earliest over the retained runs [first-divergence-latest]
+    assert res.first_divergence == 1  # the earliest of the retained runs [first-divergence-latest]
     assert res.margin_at_divergence == pytest.approx(0.1)  # recompute's [margin-at-...]
 
 

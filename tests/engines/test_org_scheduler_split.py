@@ -22,8 +22,8 @@ def split(computed: int, vllm_n: int, *, stops: bool, interval: int = 32, prompt
         calls.append((start, end))
         return end if fitted is None else fitted(start, end)
 
-    sched = SimpleNamespace(vllm_split=lambda *a: vllm_n, _chunk_stops=stops,
-                            _interval=interval, kv_cache_manager=SimpleNamespace(fit_chunk=fit_chunk))
+    sched = SimpleNamespace(vllm_split=lambda *a: vllm_n, _chunk_stops=stops, _interval=interval,
+                            kv_cache_manager=SimpleNamespace(fit_chunk=fit_chunk))
     request = SimpleNamespace(num_computed_tokens=computed, num_prompt_tokens=prompt,
                               num_tokens=prompt)
     n = OrgScheduler._mamba_block_aligned_split(sched, request, vllm_n, hit)  # type: ignore[arg-type]
