@@ -2,10 +2,13 @@
 the lineage SQL, each named for the behaviour it breaks and applied at a seam
 (:mod:`invariants.seams`), and the script that scores them against the fast tests.
 
-A mutant is *killed* when the fast test files it names fail with it installed: each runs in its
-own ``pytest -x -q -p invariants.seam_plugin`` process with ``HYBRIDMEM_SEAM_MUTANT`` naming it,
-so the tests exercise the installed code in-process. Equivalent mutants are run but not scored;
-each says why no test can tell it apart. Run::
+A mutant is *killed* when the fast test files it names fail with it installed. By default each
+mutant's files run by ``pytest.main`` in a child forked from a parent that has imported torch,
+vLLM and the plugin modules once (the child installs the mutant before any test module loads);
+``--isolated`` runs each in its own ``pytest -x -q -p invariants.seam_plugin`` process with
+``HYBRIDMEM_SEAM_MUTANT`` naming it (slower, the same code). Either way the tests exercise the
+installed code in-process. Equivalent mutants are run but not scored; each says why no test
+can tell it apart. Run::
 
     PYTHONPATH=. python -m invariants.serving_mutants              # score and survivors
     PYTHONPATH=. python -m invariants.serving_mutants --only admission
@@ -383,6 +386,76 @@ def run_one(m: SeamMutant, python: str = sys.executable, timeout: float = 600) -
     return Outcome(m, proc.returncode == 1, time.perf_counter() - t, detail)
 
 
+# what every mutant's tests import: loaded once by the parent of the forked runs
+PRELOAD = ("torch", "vllm.v1.core.sched.scheduler", "vllm.v1.core.kv_cache_manager",
+           "vllm.v1.kv_cache_interface", "vllm.v1.request", MGR, ST, RES, STO, BND, FLT, SCH,
+           "continuation_checks.run", "continuation_checks.check", "lineage.replay",
+           "lineage.views", "pytest")
+
+
+def run_forked(m: SeamMutant, timeout: float = 600) -> Outcome:
+    """``m``'s test files run by ``pytest.main`` in a child forked from this process (which
+    has imported :data:`PRELOAD` but no test module): the child installs ``m`` first, as the
+    plugin does, so it runs the same code as :func:`run_one` without paying the imports of a
+    fresh interpreter per mutant. The parent runs no torch operation (fork-safe)."""
+    import tempfile
+
+    t = time.perf_counter()
+    with tempfile.TemporaryFile("w+") as log:
+        pid = os.fork()
+        if pid == 0:  # the child: never returns
+            rc = 3
+            try:
+                os.dup2(log.fileno(), 1)
+                os.dup2(log.fileno(), 2)
+                import pytest
+
+                from invariants.seams import install
+
+                install(m)
+                # plain asserts: a failure still fails; rewriting every module costs seconds
+                rc = int(pytest.main(["-x", "-q", "-p", "no:cacheprovider", "--assert=plain",
+                                      "-W", "ignore::DeprecationWarning", *m.tests]))
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(rc)
+        deadline = time.monotonic() + timeout
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            if time.monotonic() > deadline:
+                os.kill(pid, 9)
+                os.waitpid(pid, 0)
+                raise RuntimeError(f"mutant {m.name}: tests ran past {timeout} s")
+            time.sleep(0.05)
+        rc = os.waitstatus_to_exitcode(status)
+        log.seek(0)
+        lines = log.read().strip().splitlines()
+    failed = [ln for ln in lines if ln.startswith(("FAILED", "ERROR"))]
+    if rc not in (0, 1):
+        raise RuntimeError(f"mutant {m.name}: pytest exited {rc}:\n" + "\n".join(lines[-15:]))
+    detail = failed[0] if failed else (lines[-1] if lines else "")
+    return Outcome(m, rc == 1, time.perf_counter() - t, detail)
+
+
+def run_set(mutants: list[SeamMutant], isolated: bool = False) -> list[Outcome]:
+    """Every mutant's outcome: forked children (default on POSIX), or one fresh pytest process
+    each (``isolated``)."""
+    if isolated or not hasattr(os, "fork"):
+        return [run_one(m) for m in mutants]
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # as tests/conftest.py sets it, before kernels
+    os.chdir(ROOT)
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    import importlib
+
+    for name in PRELOAD:
+        importlib.import_module(name)
+    return [run_forked(m) for m in mutants]
+
+
 def score(outcomes: list[Outcome]) -> tuple[int, int]:
     """(killed, scored): equivalent mutants are not scored."""
     scored = [o for o in outcomes if not o.mutant.equivalent]
@@ -399,6 +472,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--only", default="", help="mutants whose name or cluster contains this")
     ap.add_argument("--check", action="store_true", help="only check that every seam resolves")
+    ap.add_argument("--isolated", action="store_true",
+                    help="one fresh pytest process per mutant (with the plugin) instead of a "
+                    "forked child")
     args = ap.parse_args(argv)
     chosen = [m for m in MUTANTS if args.only in m.name or args.only in m.cluster]
     check_seams(chosen)
@@ -408,7 +484,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     outcomes = []
     for m in chosen:
-        o = run_one(m)
+        o = run_set([m], args.isolated)[0]
         outcomes.append(o)
         tag = "killed  " if o.killed else "SURVIVED"
         eq = " (equivalent)" if m.equivalent else ""

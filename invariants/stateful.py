@@ -47,6 +47,7 @@ from hybridmem.organization import build
 from hybridmem.storage import bytes_d0_pools, bytes_s0, bytes_s1, bytes_s2
 from hybridmem.units import Units, derive_units
 from invariants.checkers import DebugOrganization
+from invariants.draws import integers
 from invariants.model import Expect, Model, Req
 
 UNITS = derive_units(PRESETS["falcon-h1-7b"])
@@ -103,7 +104,7 @@ class OrganizationMachine(RuleBasedStateMachine):
     # -- configuration -----------------------------------------------------------------------
     def capacity(self, data: Any) -> int | tuple[int, int]:
         if self.ORG == "D0":
-            return (data.draw(st.integers(120, 1200), label="attention units"),
+            return (data.draw(integers(120, 1200), label="attention units"),
                     data.draw(st.integers(2, 10), label="recurrent units"))
         if self.ORG == "S0":  # one page per object
             return data.draw(st.integers(4, 16), label="pages")
@@ -111,7 +112,7 @@ class OrganizationMachine(RuleBasedStateMachine):
             return data.draw(st.integers(6, 48), label="pages")
         # S2: now and then a pool large enough to fill one slab with cached checkpoints
         fill = self.units.slots_per_slab * self.units.ssm_members + 16
-        return data.draw(st.integers(6, 48) | st.integers(48, max(48, fill)), label="pages")
+        return data.draw(st.integers(6, 48) | integers(48, max(48, fill)), label="pages")
 
     @initialize(data=st.data(), retention=st.booleans())
     def setup(self, data: Any, retention: bool) -> None:
@@ -331,7 +332,7 @@ class OrganizationMachine(RuleBasedStateMachine):
         self._admit(rid, 2, rounds, keep)
 
     @precondition(lambda self: 0 < len(self.tokens) < MAX_REQUESTS)
-    @rule(i=st.integers(0, 63), tail=st.integers(1, 300), rounds=st.integers(0, 3),
+    @rule(i=st.integers(0, 63), tail=integers(1, 300), rounds=st.integers(0, 3),
           keep=st.booleans())
     def follow(self, i: int, tail: int, rounds: int, keep: bool) -> None:
         """A request that repeats another's whole prompt (same salt) plus a tail: it finds
@@ -475,7 +476,7 @@ class OrganizationMachine(RuleBasedStateMachine):
             self._allocate(rid, n)
 
     @precondition(lambda self: bool(self.tokens))
-    @rule(i=st.integers(0, 63), count=st.integers(1, 600))
+    @rule(i=st.integers(0, 63), count=integers(1, 600))
     def append(self, i: int, count: int) -> None:
         assert self.debug is not None
         rid = self._pick(set(self.tokens), i)
@@ -528,7 +529,7 @@ class OrganizationMachine(RuleBasedStateMachine):
                 f"{cached} cached entries"
 
     @precondition(lambda self: bool(self.model.index))
-    @rule(i=st.integers(0, 255))
+    @rule(i=integers(0, 255))
     def invalidate(self, i: int, among: list[int] | None = None) -> None:
         assert self.debug is not None
         keys = among or sorted(self.model.index)

@@ -1,52 +1,91 @@
-"""The state machines' programs do not depend on which project modules earlier tests loaded
-(``conftest.fixed_constants``)."""
+"""The state machines' programs do not depend on which project modules earlier tests loaded.
 
+Hypothesis mixes integer literals (``|v| >= 100``) of every local module loaded so far into its
+integer draws; the machines draw wide integers through :func:`invariants.draws.integers`, which
+never consults that pool. A module with new literals in every wide range the machines use is
+loaded mid-run (as a CLI test loads ``lineage.report``): plain ``st.integers`` draws change (the
+control: the pool is live and the literals land in range), ``draws.integers`` draws and the
+machines' programs do not.
+"""
+
+import hashlib
 import importlib
 import sys
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from hypothesis.stateful import run_state_machine_as_test
 
-from tests.invariants.conftest import _fixed_pool, _providers
+from invariants import draws
+from invariants.stateful import MACHINES
 
-PROBE = 123_456_789  # the literal of the module loaded mid-run below
+# new literals inside every wide range the machines draw from (none is in draws.NUMBERS)
+PROBES = (137, 211, 444, 777, 1111)
+RANGES = ((1, 300), (1, 600), (0, 255), (120, 1200), (48, 200))
 
 
-def _draws():
-    got = []
+def _draws(strategy: st.SearchStrategy[int]) -> list[int]:
+    got: list[int] = []
 
-    @settings(max_examples=300, derandomize=True, database=None)
-    @given(st.integers(0, 10**9))
-    def draw(i):
+    @settings(max_examples=200, derandomize=True, database=None)
+    @given(strategy)
+    def draw(i: int) -> None:
         got.append(i)
 
     draw()
     return got
 
 
-def test_local_constants_are_fixed(fixed_constants, monkeypatch, tmp_path):
-    providers = _providers()
-    assert fixed_constants and providers is not None, \
-        "this Hypothesis has no _get_local_constants: check the state machines' programs " \
-        "for order dependence again and adapt conftest.fixed_constants"
-    before = _draws()
-    # a local module with an integer literal Hypothesis has not seen, loaded mid-run (as a CLI
-    # test loads lineage.report): the pool stays the fixed one, so the draws stay the same
-    (tmp_path / "hm_constants_probe.py").write_text(f"VALUE = {PROBE}\n")
+def _programs(org: str) -> list[str]:
+    """A digest of every program's event stream (what the organization was made to do)."""
+    out: list[str] = []
+
+    class Recorded(MACHINES[org]):  # type: ignore[misc,valid-type]
+        def teardown(self) -> None:
+            out.append(hashlib.sha256(repr(self.obs.events).encode()).hexdigest()[:16])
+
+    run_state_machine_as_test(Recorded, settings=settings(
+        settings.default, max_examples=30, stateful_step_count=20))
+    return out
+
+
+@pytest.fixture
+def probe_module(tmp_path, monkeypatch):
+    """Loads, on request, a local module whose literals are ``PROBES``; unloads it after."""
+    (tmp_path / "hm_constants_probe.py").write_text(
+        "".join(f"VALUE_{i} = {v}\n" for i, v in enumerate(PROBES)))
     monkeypatch.syspath_prepend(str(tmp_path))
-    probe = importlib.import_module("hm_constants_probe")
-    assert probe.VALUE == PROBE
-    pool = providers._get_local_constants()
-    assert pool is _fixed_pool() and PROBE not in pool.integers
-    assert 512 in pool.integers  # the organizations' literals (the 512-token grid) are in it
-    assert _draws() == before
-    # negative control: Hypothesis's own pool takes the module's literal, and draws differ
-    monkeypatch.undo()
-    sys.modules["hm_constants_probe"] = probe  # (undo restored sys.path, not the module)
-    try:
-        providers.CONSTANTS_CACHE.cache.clear()
-        assert PROBE in providers._get_local_constants().integers
-        assert _draws() != before
-    finally:
-        del sys.modules["hm_constants_probe"]
-        providers.CONSTANTS_CACHE.cache.clear()
+
+    def load() -> None:
+        assert importlib.import_module("hm_constants_probe").VALUE_2 == PROBES[2]
+
+    yield load
+    sys.modules.pop("hm_constants_probe", None)
+
+
+def test_wide_draws_ignore_module_literals(probe_module) -> None:
+    plain_before = {r: _draws(st.integers(*r)) for r in RANGES}
+    ours_before = {r: _draws(draws.integers(*r)) for r in RANGES}
+    probe_module()
+    # control: Hypothesis's own draws pick the new literals up
+    changed = [r for r in RANGES if _draws(st.integers(*r)) != plain_before[r]]
+    assert changed, "loading new literals changed no plain draw: the check has no teeth"
+    assert any(v in _draws(st.integers(*RANGES[3])) for v in PROBES)
+    for r in RANGES:
+        assert _draws(draws.integers(*r)) == ours_before[r], r
+    assert all(lo <= v <= hi for (lo, hi), vs in ours_before.items() for v in vs)
+
+
+def test_state_machine_programs_ignore_module_literals(probe_module) -> None:
+    """D0: its attention pool is drawn from [120, 1200], its rules from [1, 300], [1, 600],
+    [0, 255] (the machine whose programs changed with the test order)."""
+    before = _programs("D0")
+    probe_module()
+    assert _programs("D0") == before
+
+
+def test_listed_numbers_are_drawn_now_and_then() -> None:
+    """The organizations' numbers replace the pool's, now and then."""
+    got = _draws(draws.integers(1, 600))
+    assert 0.01 < sum(v in draws.NUMBERS for v in got) / len(got) < 0.2
