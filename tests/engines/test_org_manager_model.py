@@ -13,7 +13,9 @@ done, independently of how it does it::
                  id = home page + 1 (+ attention pages for D0), 0 where not held
     tables       admission: the full tables; growth: only what was not sent yet
     zeroing      new attention ids only: never the adopted ones, each once
-    state table  exactly the live complete checkpoints, each at its address
+    state table  the live complete checkpoints, each at its address, and nothing else after
+                 a call that admits, grows or frees (a decode step that grows nothing leaves
+                 released checkpoints mapped until the next such call)
     exports      every boundary strictly inside this step's chunk, under the chunk end's
                  position; none left from an earlier step or a freed request
     publication  nothing past the computed tokens; a finished request's computed state is
@@ -39,6 +41,7 @@ from vllm.v1.request import RequestStatus  # noqa: E402
 
 from hybridmem.errors import HybridMemError  # noqa: E402
 from hybridmem.events import StateKind  # noqa: E402
+from hybridmem.org_interface import LookupResult  # noqa: E402
 from hybridmem.vllm_plugin.org_manager import OrgKVCacheManager  # noqa: E402
 from hybridmem.vllm_plugin.state_table import StateAddress  # noqa: E402
 from tests.engines.test_org_manager import G, Req, manager  # noqa: E402
@@ -222,9 +225,9 @@ class Driver:
             assert mamba == [0] * (j // G - 1) + [self.model.rec_id(kept.checkpoint.members[0])]
         n = self.chunk(r, j)
         check = max(j + n, r.num_tokens)  # vLLM's whole-sequence gate
-        hit = kept if kept is not None and kept.j == j else None
-        expect = model.admits(hit, check) if hit is not None else model.admits(
-            type("Hit", (), {"blocks": (), "j": 0, "checkpoint": None})(), check)
+        hit = kept if kept is not None and kept.j == j else LookupResult(rid, 0, 0, 0, (), (),
+                                                                         None)
+        expect = model.admits(hit, check)
         holders = any(q.holds_storage for q in m.org.requests.values())
         if not expect and not holders:
             with pytest.raises(HybridMemError, match="too small"):
@@ -247,7 +250,7 @@ class Driver:
         n_blocks = len(m.org.requests[rid].blocks)
         assert attn == model.attn_ids(rid), f"{rid}: admission's attention table"
         assert mamba == model.mamba_ids(rid, 0, n_blocks), f"{rid}: admission's Mamba table"
-        adopted = len(hit.blocks) if hit is not None else 0
+        adopted = len(hit.blocks)
         zero = m.take_new_block_ids()
         assert zero == attn[adopted:], f"{rid}: queued for zeroing {zero}, new blocks " \
             f"{attn[adopted:]} (adopted {attn[:adopted]}) [adopted-blocks-zeroed]"

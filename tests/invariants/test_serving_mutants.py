@@ -2,15 +2,19 @@
 
 Fast (default suite): every mutant's seam and operator site still exist; the engine rewrites
 only the site it names, installs and restores (aliases included), and a moved seam fails
-loudly; a few mutants, one per cluster with cheap tests, are killed in-process by the test that
-names them. Slow: the whole set, each mutant in its own pytest process, must score >= 95% of
-the non-equivalent mutants killed (``PYTHONPATH=. python -m invariants.serving_mutants`` prints
+loudly; a few mutants with cheap tests are killed in-process by the test that names them.
+Slow: the whole set, each mutant's test files in a pytest run of their own, must score >= 95%
+of the non-equivalent mutants killed (``PYTHONPATH=. python -m invariants.serving_mutants`` prints
 the same score and the survivors).
 """
 
 from __future__ import annotations
 
 import importlib
+import os
+import re
+import subprocess
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -26,7 +30,7 @@ from invariants.seams import (
     applied,
     skip,
 )
-from invariants.serving_mutants import BY_NAME, MUTANTS, check_seams, run_one, score
+from invariants.serving_mutants import BY_NAME, MUTANTS, ROOT, check_seams
 
 
 def test_the_set_names_behaviours_and_every_seam_resolves() -> None:
@@ -128,11 +132,16 @@ def test_fast_mutant_is_killed(name: str) -> None:
     FAST[name]()  # restored
 
 
-@pytest.mark.slow  # each mutant runs its test files in a fresh pytest process: ~10-20 min
+@pytest.mark.slow  # every mutant's test files, each in a forked pytest run: ~5-10 min
 def test_serving_mutation_score() -> None:
-    outcomes = [run_one(m) for m in MUTANTS]
-    killed, scored = score(outcomes)
-    survivors = [o.mutant.name for o in outcomes if not o.killed and not o.mutant.equivalent]
-    print(f"\nserving mutation score: {killed}/{scored} ({100 * killed / scored:.1f}%); "
-          f"survivors: {survivors or 'none'}")
-    assert killed >= 0.95 * scored, survivors
+    """The script in a fresh interpreter (its forked children must not inherit this session's
+    test modules); its last two lines are the score and the survivors."""
+    proc = subprocess.run([sys.executable, "-m", "invariants.serving_mutants"], cwd=ROOT,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True,
+                          text=True, timeout=3600, check=False)
+    lines = proc.stdout.strip().splitlines()
+    got = re.search(r"score: (\d+)/(\d+) non-equivalent", "\n".join(lines[-2:]))
+    assert got, proc.stdout[-2000:] + proc.stderr[-2000:]
+    killed, scored = int(got[1]), int(got[2])
+    print("\n" + "\n".join(lines[-2:]))
+    assert scored >= 60 and killed >= 0.95 * scored, lines[-1]
