@@ -145,3 +145,11 @@ def test_serving_mutation_score() -> None:
     killed, scored = int(got[1]), int(got[2])
     print("\n" + "\n".join(lines[-2:]))
     assert scored >= 60 and killed >= 0.95 * scored, lines[-1]
+
+
+def test_core_seam_mutants_resolve() -> None:
+    """The memory-core demonstration (``invariants/core_seam_mutants.py``): its seams exist
+    (when the core moves, change the module in ``CO``; qualnames and operators stay)."""
+    from invariants.core_seam_mutants import CORE_MUTANTS
+
+    check_seams(CORE_MUTANTS)
