@@ -19,7 +19,7 @@ from array import array
 from collections.abc import Callable
 from functools import partial
 
-from hybridmem.hashing import _encode_extra, hash_chain_pair
+from hybridmem.memory.keys import _encode_extra, hash_chain_pair
 
 HEAD = struct.Struct("<BQI")
 

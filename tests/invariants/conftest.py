@@ -39,11 +39,13 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 POOL_MODULES = (
-    "hybridmem", "hybridmem.addressing", "hybridmem.budget", "hybridmem.cached_org",
-    "hybridmem.checkpoint", "hybridmem.conv_slab", "hybridmem.dual_pools", "hybridmem.errors",
-    "hybridmem.events", "hybridmem.extensions", "hybridmem.geometry", "hybridmem.hashing",
-    "hybridmem.names", "hybridmem.org_interface", "hybridmem.organization", "hybridmem.orgs",
-    "hybridmem.page_pool", "hybridmem.storage", "hybridmem.units", "invariants",
+    "hybridmem", "hybridmem.addressing", "hybridmem.budget", "hybridmem.errors",
+    "hybridmem.events", "hybridmem.extensions", "hybridmem.geometry", "hybridmem.memory",
+    "hybridmem.memory.blocks", "hybridmem.memory.checkpoints", "hybridmem.memory.integrity",
+    "hybridmem.memory.interface", "hybridmem.memory.keys", "hybridmem.memory.layouts",
+    "hybridmem.memory.organization", "hybridmem.memory.placement", "hybridmem.memory.policy",
+    "hybridmem.memory.pool", "hybridmem.memory.reclaim", "hybridmem.memory.tables",
+    "hybridmem.names", "hybridmem.storage_cost", "hybridmem.units", "invariants",
     "invariants.checkers", "invariants.model", "invariants.mutants", "invariants.mutation",
     "invariants.stateful",
 )

@@ -37,7 +37,7 @@ def test_state_machine_on_geometry(org, geo):
 def test_s2_on_granite_catches_a_decoder_that_assumes_16_slots(monkeypatch):
     """Negative control: with the old decoder (16 slots whatever the geometry) the S2 machine on
     granite-4.0-h-micro (32 slots per slab) fails; on Falcon-H1-7B (16) it cannot tell."""
-    from hybridmem import conv_slab
+    from hybridmem.memory import placement as conv_slab
 
     def decode16(line, slots_per_slab):
         return None if line < 0 else conv_slab.SlotRef(*divmod(line, 16))
