@@ -58,6 +58,7 @@ from typing import Any
 from hybridmem.budget import parse_budget, plan_budget
 from hybridmem.events import EventKind, NullObserver, Observer, RecordingObserver
 from hybridmem.geometry import load_geometry
+
 try:  # allocator_digest's A/B loads this copy against an older checkout too
     from hybridmem.memory.layouts import LAYOUTS, make_organization
 except ImportError:  # pragma: no cover - an older checkout on the path
@@ -144,8 +145,8 @@ VLLM_KEYS = ("python", "vllm")
 
 def vllm_keys(how: str, block_tokens: int) -> Callable[[list[int]], list[bytes]]:
     """The vLLM rows' block keys of one prompt (``--vllm-keys``, see the module docstring)."""
-    from hybridmem.memory import keys as hashing
     from hybridmem.events import StateKind
+    from hybridmem.memory import keys as hashing
 
     kind = StateKind.ATTENTION
     if how == "python":

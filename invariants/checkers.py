@@ -18,7 +18,7 @@ D0 adds a structural check, *static pools*: blocks live only in the attention po
 checkpoints only in the recurrent pool, whose sizes never change.
 
 The checkers read the organization's tables but never call its predicates
-(``checkpoint.is_complete``, ``conv_slab.decode_line``): they recompute everything, so a bug in
+(``checkpoints.is_complete``, ``placement.decode_line``): they recompute everything, so a bug in
 those predicates cannot hide itself. :class:`DebugOrganization` wraps any organization and runs
 every check after every mutating call, plus two transient checks through pool watchers.
 """
@@ -28,11 +28,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from enum import Enum
 
-from hybridmem.memory.blocks import Block
-from hybridmem.memory.organization import MemoryOrganization
-from hybridmem.memory.checkpoints import Checkpoint
-from hybridmem.memory.placement import NO_LINE, ConvPlacement
 from hybridmem.events import StateKind
+from hybridmem.memory.blocks import Block
+from hybridmem.memory.checkpoints import Checkpoint
 from hybridmem.memory.interface import (
     AllocationResult,
     Held,
@@ -41,6 +39,8 @@ from hybridmem.memory.interface import (
     Organization,
     PinDecision,
 )
+from hybridmem.memory.organization import MemoryOrganization
+from hybridmem.memory.placement import NO_LINE, ConvPlacement
 from hybridmem.memory.pool import PagePool
 
 ACTIONS = {"reclaim": "reclaimed for reuse", "take": "reassigned"}
@@ -159,7 +159,8 @@ class Checker:
                 want[blk.pool.name, blk.page] = want.get((blk.pool.name, blk.page), 0) + 1
             for ck in req.ckpts.values():
                 self.check_complete(ck, f"held by {rid}")
-                for p in ck.members + ([ck.conv] if org.placement.kind == ConvPlacement.PAGE else []):
+                own_page = org.placement.kind == ConvPlacement.PAGE
+                for p in ck.members + ([ck.conv] if own_page else []):
                     if org.owner[self.rpool.name][p] is not ck:
                         raise InvariantViolation(
                             Invariant.PROTECTED_ACCESS, f"{self.rpool.name} page {p}",

@@ -38,12 +38,12 @@ from hypothesis.stateful import (
     rule,
 )
 
-from hybridmem.memory.organization import MemoryOrganization
 from hybridmem.events import Cause, Event, EventKind, Outcome, RecordingObserver, StateKind
 from hybridmem.geometry import PRESETS, Geometry, ceil_div
-from hybridmem.memory.keys import extra_keys, hash_chain
 from hybridmem.memory.interface import LookupResult
+from hybridmem.memory.keys import extra_keys, hash_chain
 from hybridmem.memory.layouts import build
+from hybridmem.memory.organization import MemoryOrganization
 from hybridmem.storage_cost import bytes_d0_pools, bytes_s0, bytes_s1, bytes_s2
 from hybridmem.units import Units, derive_units
 from invariants.checkers import DebugOrganization

@@ -161,7 +161,7 @@ def _calibrate(args: argparse.Namespace) -> int:
     from hybridmem.sim.cost import CostConstants, CostModel
     from hybridmem.sim.devices import get_device
     from hybridmem.sim.model_shape import load_shape
-    from hybridmem.sim.orgs import default_grid
+    from hybridmem.sim.schedulers import default_grid
 
     if len(args.form) != 2:
         raise HybridMemError(f"'calibrate' takes exactly one TIMING file, got {args.form[1:]}")

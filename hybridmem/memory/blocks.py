@@ -16,7 +16,8 @@ from hybridmem.events import EventKind, StateKind
 from hybridmem.memory.pool import PagePool
 
 if TYPE_CHECKING:
-    from hybridmem.memory.tables import RequestState, Tables as _Base
+    from hybridmem.memory.tables import RequestState
+    from hybridmem.memory.tables import Tables as _Base
 else:
     _Base = object
 

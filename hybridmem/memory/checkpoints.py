@@ -29,7 +29,8 @@ from hybridmem.memory.placement import NO_LINE
 
 if TYPE_CHECKING:
     from hybridmem.memory.pool import PagePool
-    from hybridmem.memory.tables import RequestState, Tables as _Base
+    from hybridmem.memory.tables import RequestState
+    from hybridmem.memory.tables import Tables as _Base
 else:
     _Base = object
 

@@ -19,7 +19,11 @@ from typing import TYPE_CHECKING
 from hybridmem.memory.blocks import Block
 
 if TYPE_CHECKING:
-    from hybridmem.memory.tables import Tables as _Base
+    from hybridmem.memory.checkpoints import Checkpoints
+    from hybridmem.memory.interface import Organization
+
+    class _Base(Checkpoints, Organization):
+        pass
 else:
     _Base = object
 

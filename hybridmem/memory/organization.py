@@ -44,7 +44,7 @@ from hybridmem.memory.reclaim import Reclaim
 from hybridmem.memory.tables import RequestState, Tables
 
 
-class MemoryOrganization(Blocks, Checkpoints, Reclaim, Policy, Integrity, Tables, Organization):
+class MemoryOrganization(Reclaim, Policy, Integrity, Blocks, Checkpoints, Tables, Organization):
     """One memory organization; :mod:`~hybridmem.memory.layouts` builds S0, S1, S2 and D0."""
 
     # == requests ==============================================================================

@@ -289,6 +289,9 @@ class SlabSlot(Placement):
         assert ref is not None, f"slab {slab} placed checkpoint {ck.ident} at no line"
         ck.conv_page = ref.page
 
+    def detach(self, ck: Checkpoint, page: int) -> None:
+        return  # conv is a line id here, never compared with a page id
+
     def release_slot(self, ck: Checkpoint, owners: Owners) -> None:
         ref = self.slabs.clear(ck.conv)  # the sentinel (slab already gone) clears nothing
         if ref is not None and self.slabs.used(ref.page) == 0:

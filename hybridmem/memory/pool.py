@@ -22,7 +22,6 @@ from __future__ import annotations
 
 from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
-from itertools import islice
 
 from hybridmem.events import StateKind
 
@@ -81,10 +80,6 @@ class PagePool:
 
     def cached_pages(self) -> list[int]:
         return list(self._cached)
-
-    def oldest_cached_run(self, count: int) -> list[int]:
-        """Up to ``count`` cached pages from the LRU head, oldest first."""
-        return list(islice(self._cached, count))
 
     # -- transitions -------------------------------------------------------------------------
     def take(self) -> int:

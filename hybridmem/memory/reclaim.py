@@ -36,7 +36,7 @@ else:
 
 
 class Reclaim(_Base):
-    """The organization's reclaim and invalidation (see :class:`~hybridmem.memory.tables.Tables`)."""
+    """Reclaim and invalidation (see :class:`~hybridmem.memory.tables.Tables`)."""
 
     def _make_free(self, pool: PagePool, need: int, requester: str) -> None:
         """Reclaim LRU heads of ``pool`` until ``need`` pages are free."""

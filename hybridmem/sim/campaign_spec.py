@@ -21,7 +21,7 @@
     retention = [false]
     share = [0.5]
     isolate = [false]
-    chunking = ["default"]          # prefill split: "default" or names in orgs.CHUNKINGS;
+    chunking = ["default"]          # prefill split: "default" or names in schedulers.CHUNKINGS;
                                     # every arm of a contrast gets the same split unless the
                                     # contrast sets chunking itself
     trace = [false]                 # true: the cell writes its trace and lineage.json
@@ -90,7 +90,7 @@ class Cell:
     share: float
     isolate: bool
     seed: int
-    chunking: str | None = None   # prefill split (orgs.CHUNKINGS); None: the seam's default
+    chunking: str | None = None   # prefill split (schedulers.CHUNKINGS); None: the seam's default
     trace: bool = False           # write the trace and its lineage summary
 
     @property
@@ -206,7 +206,7 @@ def _grid_cells(grid: Any, where: str, limit: int = MAX_CELLS) -> list[Cell]:
                              f"{(*AXES, 'seeds')}")
     if "seeds" not in grid:
         raise HybridMemError(f"{where}: [grid] needs seeds")
-    from hybridmem.sim import orgs as sim_orgs
+    from hybridmem.sim import schedulers as sim_orgs
 
     orgs = [str(o) for o in _list(grid.get("org", "vllm"), "org")]
     for o in orgs:
@@ -254,15 +254,15 @@ def _grid_cells(grid: Any, where: str, limit: int = MAX_CELLS) -> list[Cell]:
 
 
 def _chunking(v: Any) -> str | None:
-    """A prefill-split name: ``"default"`` (the key omitted) or one of ``orgs.CHUNKINGS``."""
+    """A prefill-split name: ``"default"`` (the key omitted) or one of ``schedulers.CHUNKINGS``."""
     if v == "default":
         return None
-    from hybridmem.sim import orgs
+    from hybridmem.sim import schedulers
 
-    names = getattr(orgs, "CHUNKINGS", None)
+    names = getattr(schedulers, "CHUNKINGS", None)
     if names is None:
         raise HybridMemError(f"grid.chunking: {v!r}: this build names no prefill splits "
-                             "(hybridmem.sim.orgs.CHUNKINGS); omit the key")
+                             "(hybridmem.sim.schedulers.CHUNKINGS); omit the key")
     if not isinstance(v, str) or v not in names:
         raise HybridMemError(f"grid.chunking: {v!r} is not a prefill split; expected one of "
                              f"{tuple(names)}")

@@ -47,12 +47,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from hybridmem.memory.organization import MemoryOrganization
-from hybridmem.memory.placement import ConvPlacement
 from hybridmem.errors import HybridMemError
 from hybridmem.events import Event, EventKind, Observer, Outcome, StateKind
 from hybridmem.geometry import ceil_div
 from hybridmem.memory.interface import LookupResult, Organization
+from hybridmem.memory.organization import MemoryOrganization
+from hybridmem.memory.placement import ConvPlacement
 from hybridmem.vllm_plugin.org_settings import OrgPlan
 from hybridmem.vllm_plugin.state_table import Export, StateAddress, StateLayout, StateTable
 

@@ -41,11 +41,11 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from hybridmem.budget import parse_budget, plan_budget
-from hybridmem.memory.organization import MemoryOrganization
 from hybridmem.errors import HybridMemError
 from hybridmem.events import Observer
 from hybridmem.geometry import Geometry, ceil_div, geometry_from_config
 from hybridmem.memory.layouts import LAYOUTS, build, make_organization
+from hybridmem.memory.organization import MemoryOrganization
 from hybridmem.units import Units, derive_units
 from hybridmem.vllm_plugin import faults
 

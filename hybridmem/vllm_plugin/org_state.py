@@ -23,7 +23,7 @@ and align mode's boundary copy (``mamba_utils.collect_mamba_copy_meta``, before 
 between organization addresses, skipped where both positions hold one block id (D0: the
 positions of one checkpoint interval). vLLM's own Mamba rows are neither read nor written.
 
-Storage per layer (:class:`~hybridmem.vllm_plugin.org_storage.LayerStore`): a private zeroed
+Storage per layer (:class:`~hybridmem.vllm_plugin.layer_store.LayerStore`): a private zeroed
 arena ``[num_pages, page_bytes]``, or -- ``arena mode "shared"`` with the organization grid of
 :mod:`.org_geometry` -- the layer's slice of vLLM's one KV buffer itself, org page ``p`` being
 block ``p + 1`` (the bytes attention block ``p + 1`` of the same layer would use). D0's
@@ -59,7 +59,7 @@ import torch
 from hybridmem.vllm_plugin import faults, state_table
 from hybridmem.vllm_plugin.boundary_export import Sink, boundary_capture
 from hybridmem.vllm_plugin.org_geometry import PAGES_ATTR
-from hybridmem.vllm_plugin.org_storage import LayerStore, StateSizes, Tables
+from hybridmem.vllm_plugin.layer_store import LayerStore, StateSizes, Tables
 from hybridmem.vllm_plugin.resident import RESIDENT
 from hybridmem.vllm_plugin.state_table import StateLayout, StateTable
 

@@ -114,9 +114,9 @@ def test_incref_many_and_unhold_many_equal_one_page_at_a_time(pages):
 def _s2_checkpoints(geometry, decoder=None, monkeypatch=None):
     """S2 on ``geometry`` with 40 small requests (slabs fill, empty and get reused); returns
     (line, conv_page) of every live checkpoint and the slots per slab."""
-    from hybridmem.memory import placement as conv_slab
+    from hybridmem.memory import placement
     if decoder is not None:
-        monkeypatch.setattr(conv_slab, "decode_line", decoder)
+        monkeypatch.setattr(placement, "decode_line", decoder)
     units = derive_units(PRESETS[geometry])
     org = build("S2", units, 96)
     g = org.attention_grid
@@ -142,7 +142,7 @@ def test_s2_conv_page_is_the_decoded_line():
 
 
 def test_s2_conv_page_follows_the_decoder(monkeypatch):
-    """Negative control: the page is what ``conv_slab.decode_line`` says (the seam the mutants
+    """Negative control: the page is what ``placement.decode_line`` says (the seam the mutants
     patch): a decoder that assumes 16 slots on granite's 32-slot slabs gives other pages."""
     from hybridmem.memory.placement import SlotRef
 

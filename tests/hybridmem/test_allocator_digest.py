@@ -5,9 +5,9 @@ the same results as the recording path (each equality beside its negative contro
 import pytest
 
 from benchmarks.allocator_digest import POLICIES, DigestObserver, lru_fault, random_ops
-from hybridmem.memory.organization import MemoryOrganization
 from hybridmem.events import NullObserver
 from hybridmem.geometry import PRESETS
+from hybridmem.memory.organization import MemoryOrganization
 from hybridmem.units import derive_units
 
 U = derive_units(PRESETS["falcon-h1-7b"])

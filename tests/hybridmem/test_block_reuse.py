@@ -7,10 +7,10 @@ import pytest
 
 from benchmarks.bench_allocator import run_mix
 from hybridmem.budget import parse_budget, plan_budget
-from hybridmem.memory.blocks import Block
-from hybridmem.memory.organization import MemoryOrganization
 from hybridmem.events import RecordingObserver
+from hybridmem.memory.blocks import Block
 from hybridmem.memory.layouts import build
+from hybridmem.memory.organization import MemoryOrganization
 
 from .pool_calls import PROMPTS, U, record_pool_calls
 

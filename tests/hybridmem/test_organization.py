@@ -5,11 +5,11 @@ import random
 import pytest
 
 from hybridmem.budget import parse_budget, plan_budget
-from hybridmem.memory.placement import NO_LINE
 from hybridmem.errors import HybridMemError
 from hybridmem.events import Cause, EventKind, Outcome, RecordingObserver, StateKind
 from hybridmem.geometry import PRESETS
 from hybridmem.memory.layouts import LAYOUTS, build, make_organization
+from hybridmem.memory.placement import NO_LINE
 from hybridmem.units import derive_units
 from invariants.stateful import expected_bytes
 

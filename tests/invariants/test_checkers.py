@@ -4,9 +4,9 @@ from collections import deque
 
 import pytest
 
-from hybridmem.memory.checkpoints import MISSING_PAGE
 from hybridmem.events import RecordingObserver
 from hybridmem.geometry import PRESETS
+from hybridmem.memory.checkpoints import MISSING_PAGE
 from hybridmem.memory.layouts import build
 from hybridmem.units import derive_units
 from invariants.checkers import DebugOrganization, Invariant, InvariantViolation

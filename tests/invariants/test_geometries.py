@@ -37,12 +37,12 @@ def test_state_machine_on_geometry(org, geo):
 def test_s2_on_granite_catches_a_decoder_that_assumes_16_slots(monkeypatch):
     """Negative control: with the old decoder (16 slots whatever the geometry) the S2 machine on
     granite-4.0-h-micro (32 slots per slab) fails; on Falcon-H1-7B (16) it cannot tell."""
-    from hybridmem.memory import placement as conv_slab
+    from hybridmem.memory import placement
 
     def decode16(line, slots_per_slab):
-        return None if line < 0 else conv_slab.SlotRef(*divmod(line, 16))
+        return None if line < 0 else placement.SlotRef(*divmod(line, 16))
 
-    monkeypatch.setattr(conv_slab, "decode_line", decode16)
+    monkeypatch.setattr(placement, "decode_line", decode16)
     with pytest.raises(Exception):  # noqa: B017 - any failure of the machine will do
         run_state_machine_as_test(
             machine_for("S2", GEOMETRIES["granite-4.0-h-micro"]),

@@ -3,9 +3,10 @@
 The organizations have one implementation of each operation: no compiled twin, and no loop
 chosen by whether a pool watcher or an observer is attached. So:
 
-* every line of the memory core (``hybridmem/memory/``) that an untraced run executes (no observer, no
-  watcher: how serving and simulation run) is executed by the same operations under the
-  watchers and the recording observer the state machines and ``--check-invariants`` attach;
+* every line of the memory core (``hybridmem/memory/``) that an untraced run executes (no
+  observer, no watcher: how serving and simulation run) is executed by the same operations
+  under the watchers and the recording observer the state machines and
+  ``--check-invariants`` attach;
   negative control: a twin chosen by the watcher (the shape the compiled loops had) is caught;
 * a bug planted in one shipped function (allocation's reclaim keeps the reclaimed block's key
   discoverable: its invalidation skipped) breaks an untraced run, fails the state machine and
@@ -22,6 +23,8 @@ from hypothesis.stateful import run_state_machine_as_test
 
 from benchmarks import allocator_digest
 from benchmarks.allocator_digest import POLICIES, random_ops
+from hybridmem.events import NullObserver, RecordingObserver
+from hybridmem.geometry import PRESETS
 from hybridmem.memory import (
     blocks,
     checkpoints,
@@ -36,8 +39,6 @@ from hybridmem.memory import (
     tables,
 )
 from hybridmem.memory.organization import MemoryOrganization
-from hybridmem.events import NullObserver, RecordingObserver
-from hybridmem.geometry import PRESETS
 from hybridmem.units import derive_units
 from invariants.checkers import DebugOrganization, InvariantViolation
 from invariants.stateful import MACHINES

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from hybridmem.errors import HybridMemError
-from hybridmem.sim import orgs
+from hybridmem.sim import schedulers
 from hybridmem.sim.campaign_paper import PaperFigure, verdict
 from hybridmem.sim.campaign_report import evaluate
 from hybridmem.sim.campaign_spec import Contrast, load_spec
@@ -114,19 +114,19 @@ def test_grid_union_runs_a_repeated_cell_once(tmp_path: Path) -> None:
 
 
 def test_chunking_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Without ``orgs.CHUNKINGS`` only the omitted key ("default") is accepted; with it, names
+    """Without ``schedulers.CHUNKINGS`` only the omitted key ("default") is accepted; with it, names
     are validated against it, and every arm of a contrast pairs within one split."""
     # the split names here are made up: the simulator's own preflight (which would refuse
     # them) is out of this test's scope
     import hybridmem.sim.campaign_spec as campaign_spec
 
     monkeypatch.setattr(campaign_spec, "preflight", lambda spec, where: None)
-    monkeypatch.delattr(orgs, "CHUNKINGS", raising=False)
+    monkeypatch.delattr(schedulers, "CHUNKINGS", raising=False)
     base = load_spec(_spec(tmp_path, '[grid]\norg = ["S2"]\nseeds = [0]'))
     assert base.cells[0].chunking is None
     with pytest.raises(HybridMemError, match="names no prefill splits"):
         load_spec(_spec(tmp_path, '[grid]\nchunking = ["block"]\nseeds = [0]'))
-    monkeypatch.setattr(orgs, "CHUNKINGS", ("block", "grid"), raising=False)
+    monkeypatch.setattr(schedulers, "CHUNKINGS", ("block", "grid"), raising=False)
     spec = load_spec(_spec(tmp_path, '[grid]\norg = ["S2", "D0"]\nchunking = ["block", "grid"]'
                                      '\nseeds = [0]'))
     assert {c.chunking for c in spec.cells} == {"block", "grid"}
