@@ -14,7 +14,8 @@ S0-S2 draw everything from one shared pool; D0 from two static pools (no capacit
 
     org = make_organization("S2", units, plan, observer=RecordingObserver(), pin_k=2)
 
-``LAYOUTS`` maps each name to its builder ``(units, capacity, observer, **policy) -> org``.
+``LAYOUTS`` names them; :func:`builder` gives each one's ``(units, capacity, observer,
+**policy) -> org``.
 Policy keywords: ``pin_k`` (preemption-time pinning threshold K, None = off;
 ``PIN_THRESHOLDS`` names R0/R1/R2/Roff), ``pin_budget`` (most simultaneous pins, None =
 unlimited), ``retention`` (producer-side retention with the K = 2 demand threshold).
@@ -131,9 +132,14 @@ def _d0(units: Units, pools: tuple[int, int], observer: Observer | None,
                                 **policy)  # type: ignore[arg-type]
 
 
-# name -> builder(units, capacity, observer, **policy); capacity: pages (S0-S2) or
-# (attention units, recurrent units) for D0.
-LAYOUTS: dict[str, Builder] = {"S0": _s0, "S1": _s1, "S2": _s2, "D0": _d0}
+LAYOUTS = ("S0", "S1", "S2", "D0")
+
+
+def builder(name: str) -> Builder:
+    """``name``'s builder ``(units, capacity, observer, **policy)``; capacity: pages (S0-S2) or
+    (attention units, recurrent units) for D0. Looked up per call, so a builder patched in this
+    module (the mutant runner's seam) is the one that runs."""
+    return {"S0": _s0, "S1": _s1, "S2": _s2, "D0": _d0}[name]
 
 
 def build(name: str, units: Units, capacity: int | tuple[int, int],
@@ -142,7 +148,7 @@ def build(name: str, units: Units, capacity: int | tuple[int, int],
     if name not in LAYOUTS:
         raise HybridMemError(f"unknown organization {name!r}; expected one of "
                              f"{', '.join(LAYOUTS)}")
-    return LAYOUTS[name](units, capacity, observer, **policy)
+    return builder(name)(units, capacity, observer, **policy)
 
 
 def make_organization(name: str, units: Units, plan: Plan, observer: Observer | None = None,
