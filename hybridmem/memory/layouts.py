@@ -139,7 +139,8 @@ def builder(name: str) -> Builder:
     """``name``'s builder ``(units, capacity, observer, **policy)``; capacity: pages (S0-S2) or
     (attention units, recurrent units) for D0. Looked up per call, so a builder patched in this
     module (the mutant runner's seam) is the one that runs."""
-    return {"S0": _s0, "S1": _s1, "S2": _s2, "D0": _d0}[name]
+    builders: dict[str, Builder] = {"S0": _s0, "S1": _s1, "S2": _s2, "D0": _d0}
+    return builders[name]
 
 
 def build(name: str, units: Units, capacity: int | tuple[int, int],

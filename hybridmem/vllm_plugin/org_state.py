@@ -58,8 +58,8 @@ import torch
 
 from hybridmem.vllm_plugin import faults, state_table
 from hybridmem.vllm_plugin.boundary_export import Sink, boundary_capture
-from hybridmem.vllm_plugin.org_geometry import PAGES_ATTR
 from hybridmem.vllm_plugin.layer_store import LayerStore, StateSizes, Tables
+from hybridmem.vllm_plugin.org_geometry import PAGES_ATTR
 from hybridmem.vllm_plugin.resident import RESIDENT
 from hybridmem.vllm_plugin.state_table import StateLayout, StateTable
 
