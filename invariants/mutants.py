@@ -255,9 +255,8 @@ MUTANTS: list[Mutant] = [
        orgs=("D0",)),
     _m("s1-conv-page-not-counted", "allocation", PLC,
        "return count * (members + 1)", "return count * members", orgs=("S1",)),
-    # the names below say "inline" where they once attacked hand-inlined copies of these
-    # operations; the copies are folded back, so they attack the one implementation, with a
-    # different text from their twin above (each is scored on its own)
+    # a name is a stable identifier: an "-inline" mutant attacks the same operation as its
+    # twin above, through a different text (each is scored on its own)
     _m("fits-strict-inline", "allocation", ORG,
        "return need.total <= apool.num_available", "return need.total + 1 <= apool.num_available",
        orgs=SHARED),
