@@ -10,6 +10,10 @@
 Times in results and summary are virtual seconds (the cost model's), so ``throughput_tok_s`` is
 the simulated GPU's; ``wall_s`` is what the simulation itself took. The ledger interval is the
 request span here (a simulated engine has no shutdown to pay for).
+
+``SimConfig.check`` is the one check of a run's settings (the CLI, campaign specs and replays all
+go through it); it stays plain comparisons rather than a validator library for the reasons
+``campaign_spec``'s docstring gives: each message names the value and its range in one line.
 """
 
 from __future__ import annotations
