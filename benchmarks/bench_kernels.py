@@ -10,7 +10,7 @@ and prints time, effective bandwidth = bytes moved / time, the paged/contiguous 
 when the device's peak HBM bandwidth is known (or given), the fraction of it. Bytes moved count
 every state byte read and written plus the activations, parameters and outputs.
 
-Issue 7 goals: bandwidth >= 80% of HBM peak at batch >= 64, paged <= 5% slower than contiguous.
+Goals: bandwidth >= 80% of HBM peak at batch >= 64, paged <= 5% slower than contiguous.
 With no CUDA device the script prints why and exits 0 without measuring anything.
 """
 

@@ -21,8 +21,8 @@ refused, never decoded.
 Copies run in words (the widest of 4/2/1 bytes dividing every size): on CPU by whole-page
 copies tested equal to the torch reference of ``kernels/checkpoint_copy`` (the reference itself
 builds one address per element and is several times slower), on a CUDA device through that
-folder's Triton kernel (same addresses, same call). The Triton path has not been run here (no
-device was lent to this session): it is written, not tested.
+folder's Triton kernel (same addresses, same call). The Triton path has not been run (the
+project's test machines have no CUDA device): it is written, not tested.
 """
 
 from __future__ import annotations
@@ -122,7 +122,7 @@ def scatter_pages_cpu(pool: torch.Tensor, table: torch.Tensor, arena: torch.Tens
 
 
 def _gather(pool: torch.Tensor, table: torch.Tensor, arena: torch.Tensor) -> None:
-    if pool.device.type == "cuda":  # untested here: no device was lent to this session
+    if pool.device.type == "cuda":  # untested: the test machines have no CUDA device
         from kernels.checkpoint_copy.kernel import gather_pages
 
         gather_pages(pool, table, arena, validate=False)
@@ -131,7 +131,7 @@ def _gather(pool: torch.Tensor, table: torch.Tensor, arena: torch.Tensor) -> Non
 
 
 def _scatter(pool: torch.Tensor, table: torch.Tensor, arena: torch.Tensor) -> None:
-    if pool.device.type == "cuda":  # untested here: no device was lent to this session
+    if pool.device.type == "cuda":  # untested: the test machines have no CUDA device
         from kernels.checkpoint_copy.kernel import scatter_pages
 
         scatter_pages(pool, table, arena, validate=False)
@@ -260,7 +260,7 @@ class LayerStore:
         if swap:
             members = members[:, [1, 0, *range(2, members.shape[1])]]
         sw = self.sizes.ssm_bytes // self.word
-        if self.device.type == "cuda":  # untested here: no device was lent to this session
+        if self.device.type == "cuda":  # untested: the test machines have no CUDA device
             _gather(self.ssm_pool, members, self.words(ssm)[:, :sw])
             _gather(self.conv_pool, t.conv[:, None], self.words(conv))
             return
@@ -273,7 +273,7 @@ class LayerStore:
         """The checkpoints at ``t`` <- scratch rows (whole member rows: a member page belongs to
         one checkpoint, and its tail is written back as it was read). Equal to
         :meth:`scatter` on every checkpoint byte (tested)."""
-        if self.device.type == "cuda":  # untested here: no device was lent to this session
+        if self.device.type == "cuda":  # untested: the test machines have no CUDA device
             sw = self.sizes.ssm_bytes // self.word
             self.scatter(t, self.words(ssm)[:, :sw], self.words(conv))
             return
@@ -286,7 +286,7 @@ class LayerStore:
         step, batched). No ``dst`` may appear twice or as a ``src``. A page-to-page copy moves
         members in order even under the ``swap-members`` fault (that fault is the forward's
         read of a checkpoint; a copy that swapped too would undo it on the next read)."""
-        if self.device.type == "cuda":  # untested here: no device was lent to this session
+        if self.device.type == "cuda":  # untested: the test machines have no CUDA device
             ssm, conv = self.new_rows(int(src.conv.shape[0]))
             self._read_rows(src, ssm, conv, swap=False)
             self.write_rows(dst, ssm, conv)

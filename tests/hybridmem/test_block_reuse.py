@@ -1,4 +1,4 @@
-"""Session 6 (issue 15 item 3): a forgotten block's object is reused by the next block on its
+"""A forgotten block's object is reused by the next block on its
 page, and publish passes only the blocks within ``computed``. Same events, pool watcher calls
 and results as building a new block every time, beside a negative control (a reuse that hands a
 page the block of another page is told apart)."""

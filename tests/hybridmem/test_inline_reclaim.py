@@ -1,4 +1,4 @@
-"""``_make_free`` reclaims a cached block's page inline (issue 15 item 3, session 5): the same
+"""``_make_free`` reclaims a cached block's page inline: the same
 events, pool watcher calls and final state as the general path it replaces (each LRU head through
 ``_reclaim`` -> ``_lose_block`` -> ``unhold`` -> ``reclaim``), beside a negative control (the
 general path reclaiming the newest page instead of the oldest is told apart)."""

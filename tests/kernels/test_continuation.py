@@ -1,4 +1,4 @@
-"""Kernel-level continuation (issue 12 item 7, App. D.5 scope): restart a recurrence from a
+"""Kernel-level continuation (App. D.5 scope): restart a recurrence from a
 checkpoint kept in S1 member pages / S2 slot lines and continue it, against the uninterrupted
 contiguous run.
 
