@@ -33,8 +33,8 @@ from typing import NamedTuple
 
 import torch
 
+from hybridmem.kernels.paging import num_members, slab_lines
 from hybridmem.vllm_plugin.state_table import NO_ADDRESS_LINE, StateAddress, StateLayout
-from kernels.paging import num_members, slab_lines
 
 _WORD_DTYPES = {4: torch.int32, 2: torch.int16, 1: torch.uint8}
 _CONV_KIND = {"S0": "inside", "D0": "inside", "S1": "page", "S2": "slot"}
@@ -92,7 +92,8 @@ def word_bytes(*sizes: int) -> int:
 
 
 def gather_pages_cpu(pool: torch.Tensor, table: torch.Tensor, arena: torch.Tensor) -> None:
-    """``kernels.checkpoint_copy.reference.gather_pages_ref``'s result by whole-page copies.
+    """``gather_pages_ref``'s result (``hybridmem.kernels.checkpoint_copy.reference``) by
+    whole-page copies.
 
     Every id must be >= 0 (``LayerStore.tables`` guarantees it; the sentinel never gets here).
 
@@ -123,7 +124,7 @@ def scatter_pages_cpu(pool: torch.Tensor, table: torch.Tensor, arena: torch.Tens
 
 def _gather(pool: torch.Tensor, table: torch.Tensor, arena: torch.Tensor) -> None:
     if pool.device.type == "cuda":  # untested: the test machines have no CUDA device
-        from kernels.checkpoint_copy.kernel import gather_pages
+        from hybridmem.kernels.checkpoint_copy.kernel import gather_pages
 
         gather_pages(pool, table, arena, validate=False)
     else:
@@ -132,7 +133,7 @@ def _gather(pool: torch.Tensor, table: torch.Tensor, arena: torch.Tensor) -> Non
 
 def _scatter(pool: torch.Tensor, table: torch.Tensor, arena: torch.Tensor) -> None:
     if pool.device.type == "cuda":  # untested: the test machines have no CUDA device
-        from kernels.checkpoint_copy.kernel import scatter_pages
+        from hybridmem.kernels.checkpoint_copy.kernel import scatter_pages
 
         scatter_pages(pool, table, arena, validate=False)
     else:
