@@ -228,7 +228,8 @@ def _grid_cells(grid: Any, where: str, limit: int = MAX_CELLS) -> list[Cell]:
     for b in budgets:
         if not isinstance(b, str) or not b.strip():
             raise HybridMemError(f"grid.budget: {b!r} must be a string: a label like \"b63\", "
-                                 "a byte count or a size like \"96MiB\"")
+                                 "a byte count, a size like \"96MiB\" (per layer) or a "
+                                 "whole-cache total like \"total 12GiB\"")
     rates = [_num(r, "rate", 1e-6, 1e6) for r in _list(grid.get("rate", 3.0), "rate")]
     caps = [_num(c, "cap", 1, 4096, True) for c in _list(grid.get("cap", 63), "cap")]
     heads = [_num(h, "headroom", 0.0, 0.999) for h in _list(grid.get("headroom", 0.0),
