@@ -19,6 +19,7 @@ from continuation_checks.report import write_outputs, write_stopped
 from continuation_checks.run import FAULTS, ORG_FAULTS, VLLM_FAULTS, run_cases
 from continuation_checks.verdict import Verdict
 from hybridmem.errors import HybridMemError
+from hybridmem.inputs import check_regular
 
 DTYPES = ("float32", "bfloat16")
 MAX_CASES = 4096
@@ -89,8 +90,7 @@ class CheckConfig:
         if self.out.exists() and not self.out.is_dir():
             raise HybridMemError(f"--out {str(self.out)!r}: exists and is not a directory")
         if self.cases_file is not None:
-            if not self.cases_file.is_file():
-                raise HybridMemError(f"--cases-file {str(self.cases_file)!r}: no such file")
+            check_regular(self.cases_file, "--cases-file")  # missing, or a device or pipe
             load_cases(self.cases_file)  # types and ranges, before any engine starts
 
 

@@ -108,6 +108,9 @@ def test_hostile_inputs_are_refused_within_the_memory_limit(tmp_path):
     assert not bad, bad
     assert not Path(f["out"]).exists() and not Path(f["imported"]).exists()
     assert "5000000" in by_name["import-vllm-5M-hashes"]["stderr"]  # refused for its size
+    for name in ("campaign-spec-dev-zero", "continuation-cases-dev-zero",
+                 "sim-calibrate-dev-urandom", "plan-config-dev-zero"):
+        assert "is not a regular file" in by_name[name]["stderr"], by_name[name]
 
 
 def test_an_unbounded_read_fails_under_the_same_limit(tmp_path):

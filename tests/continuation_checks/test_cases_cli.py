@@ -76,7 +76,8 @@ def test_cases_file_round_trip_and_errors(tmp_path: Path):
     (["--org", "S2", "--fault", "boundary-shift"], "--fault boundary-shift: a fault of the "
      "stock path; it needs --org vllm"),
     (["--fault", "bogus"], "--fault 'bogus': not one of"),
-    (["--cases-file", "/nonexistent/cases.jsonl"], "no such file"),
+    (["--cases-file", "/nonexistent/cases.jsonl"], "does not exist"),
+    (["--cases-file", "/dev/zero"], "is not a regular file (a device or pipe could be endless)"),
     (["--cases", "ten"], "invalid int value: 'ten'"),
 ])
 def test_cli_bad_inputs_exit_2_with_one_line(args: list[str], needle: str, tmp_path: Path,
