@@ -1,4 +1,4 @@
-"""Bad-input sweep over every subcommand (issue 14, item 1): each case must exit 2 with exactly
+"""Bad-input sweep over every subcommand: each case must exit 2 with exactly
 one line on stderr and no traceback, in-process through ``hybridmem.cli.main.main``.
 
 ``vllm`` is made unimportable for the whole sweep, so a ``run``/``demo``/``model`` case that got

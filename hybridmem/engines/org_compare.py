@@ -123,7 +123,7 @@ def compare_orgs(out: Path, requests: int, share: float, seed: int, budget: str,
     return ok, png
 
 
-# -- the issue's goals on one workload (python -m hybridmem.engines.org_compare) ---------------
+# -- the organizations' serving goals on one workload (python -m hybridmem.engines.org_compare)
 FAULT_ORGS = {"swap-members": ("S1", "S2"), "stale-checkpoint": ORGS,
               "skip-invalidate": ORGS}
 

@@ -155,19 +155,23 @@ class RunConfig:
 
 
 def check_budget_text(text: str) -> None:
-    """ValueError unless ``text`` is a label bN (N >= 1), a byte count or a size."""
+    """ValueError unless ``text`` is a label bN (N >= 1), a byte count, a size, or a total's
+    label ``total SIZE``."""
     import re
 
-    from hybridmem.budget import parse_size
+    from hybridmem.budget import TOTAL_PREFIX, parse_size
     from hybridmem.errors import BudgetError
 
     if re.fullmatch(r"b[1-9]\d*", text.strip()):
         return
+    size = text.strip()
+    if size.startswith(TOTAL_PREFIX):
+        size = size[len(TOTAL_PREFIX):]
     try:
-        parse_size(text)
+        parse_size(size)
     except BudgetError:
         raise ValueError(f"bad budget {text!r}: expected a label bN (e.g. b40), a byte count, "
-                         "or a size such as 2MiB (per layer)") from None
+                         "a size such as 2MiB (per layer), or 'total SIZE' (whole cache)") from None
 
 
 def check_org_model(cfg: RunConfig, model: Path) -> None:

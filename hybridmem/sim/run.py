@@ -10,6 +10,10 @@
 Times in results and summary are virtual seconds (the cost model's), so ``throughput_tok_s`` is
 the simulated GPU's; ``wall_s`` is what the simulation itself took. The ledger interval is the
 request span here (a simulated engine has no shutdown to pay for).
+
+``SimConfig.check`` is the one check of a run's settings (the CLI, campaign specs and replays all
+go through it); it stays plain comparisons rather than a validator library for the reasons
+``campaign_spec``'s docstring gives: each message names the value and its range in one line.
 """
 
 from __future__ import annotations
@@ -119,12 +123,19 @@ class SimConfig:
         return self
 
 
-def check_budget(cfg: SimConfig) -> None:
-    """The budget parses for the model (before any vLLM import): one-line error otherwise."""
-    from hybridmem.budget import parse_budget
+def check_budget(cfg: SimConfig) -> SimConfig:
+    """The budget parses for the model (before any vLLM import): one-line error otherwise. A
+    whole-cache total must also give the run's organization a unit of each kind (``vllm``: one
+    page of vLLM's unified block, which S0's page is), as ``hybridmem plan --total`` requires."""
+    from hybridmem.budget import parse_budget, plan_budget
     from hybridmem.units import derive_units
 
-    parse_budget(cfg.budget, derive_units(load_shape(cfg.model).geometry))
+    units = derive_units(load_shape(cfg.model).geometry)
+    budget = parse_budget(cfg.budget, units)
+    if budget.total_bytes is not None:
+        plan_budget(units, budget, cfg.attention_fraction).check_holds(
+            ("S0",) if cfg.org == "vllm" else (cfg.org,))
+    return cfg
 
 
 def sim_workload(cfg: SimConfig, vocab: int) -> Workload:

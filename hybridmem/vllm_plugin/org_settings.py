@@ -9,10 +9,11 @@ the same organization in process and behind a server::
      "attention_fraction": null}
 
 Capacity. The budget is parsed as ``hybridmem plan`` parses it (label ``bN``, bytes or a size,
-per layer) for the model's geometry, on the organization's own grid ``G`` (vLLM's block size,
-:func:`serving_grid`; decided by :func:`hybridmem.units.org_grid_tokens`: S0-S2 the model's
-grid, 64 tokens for the tiny model, 512 for Falcon-H1; D0 its native 16-token unit), and turned
-into the organization's units by the plan::
+per layer; or ``total SIZE``, the whole cache, as ``--total``) for the model's geometry, on the
+organization's own grid ``G`` (vLLM's block size, :func:`serving_grid`; decided by
+:func:`hybridmem.units.org_grid_tokens`: S0-S2 the model's grid, 64 tokens for the tiny model,
+512 for Falcon-H1; D0 its native 16-token unit), and turned into the organization's units by the
+plan (a total's split rounds down instead, :mod:`hybridmem.budget`)::
 
     S0-S2  pages = round(nominal / page)                 block ids 1 .. pages
     D0     attention units of G tokens = floor(frac x nominal / 16a) x 16 / G

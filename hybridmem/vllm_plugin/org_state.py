@@ -39,7 +39,7 @@ must not change; with it off, they do (the negative control).
 Fault ``swap-members`` (:mod:`.faults`): S1/S2 reads take member pages 0 and 1 swapped.
 
 On CPU the copies use the torch references of ``kernels/checkpoint_copy``; on a CUDA device the
-Triton kernels. The GPU path is untested: no device was lent to the session that wrote it.
+Triton kernels. The GPU path is untested: the project's test machines have no CUDA device.
 Speculative decoding (more than one state index per decode row) and in-forward prefill
 checkpoints (``checkpoint_meta``; the grid of :mod:`.org_geometry` turns them off) are refused.
 The wrapper does host work per step (block ids -> addresses), so run with ``enforce_eager``:

@@ -153,7 +153,7 @@ def test_chunking_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (4.978, 3.2, (2.0, 4.4), None, "reproduces"),            # same sign, within 5 points
     (4.978, 12.0, (10.0, 14.0), None, "direction only"),     # same sign, 7 points off
     (14.30, 25.0, (5.0, 40.0), (-0.1, 30.8), "reproduces"),  # inside the paper's interval
-    (4.978, -27.7, (-30.0, -25.0), None, "contradicts"),     # the grid-unit D0 of the issue
+    (4.978, -27.7, (-30.0, -25.0), None, "contradicts"),     # D0 sized in grid units
     (13.6, -13.1, (-15.0, -11.0), None, "contradicts"),
     (4.978, -1.0, (-3.0, 1.0), None, "inconclusive"),        # opposite sign, CI spans 0
     (4.978, -1.0, None, None, "inconclusive"),               # one seed: no interval
@@ -242,7 +242,7 @@ def test_effect_verdicts_on_constructed_cells() -> None:
     assert good.verdict == "reproduces" and good.n == 12
     assert 3.2 < good.sim < 4.0 and good.ci is not None and good.ci[0] > 0
     assert (good.preempt_num, good.preempt_den) == (200.0, 100.0)
-    # negative control: the grid-unit D0 of the issue (D0/S2 -27.7%) contradicts the paper
+    # negative control: D0 sized in grid units (D0/S2 -27.7%) contradicts the paper
     (bad,) = evaluate(fig, _pair_rows(-27.7, range(12)), c, 0.95)
     assert bad.verdict == "contradicts" and bad.sim < -27
     far = evaluate(replace(fig, value=40.0), _pair_rows(3.2, range(12)), c, 0.95)[0]
