@@ -189,8 +189,8 @@ def test_layouts_that_do_not_fit_are_refused_with_numbers() -> None:
                          ids=[f"{o}-m{m}-spp{s}" for o, m, s in CASES])
 def test_cpu_page_copies_equal_the_kernel_reference(org: str, members: int, spp: int) -> None:
     """layer_store's CPU copies against kernels/checkpoint_copy's reference, on every pool."""
-    from hybridmem.vllm_plugin.layer_store import gather_pages_cpu, scatter_pages_cpu
     from hybridmem.kernels.checkpoint_copy.reference import gather_pages_ref, scatter_pages_ref
+    from hybridmem.vllm_plugin.layer_store import gather_pages_cpu, scatter_pages_cpu
 
     layout, sizes = _case(org, members, spp)
     gen = torch.Generator().manual_seed(members * 100 + spp)
