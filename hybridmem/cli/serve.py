@@ -98,9 +98,10 @@ def _check(args: argparse.Namespace) -> None:
         raise HybridMemError(str(exc)) from None
 
 
-def _plan(args: argparse.Namespace, model: Path) -> int | None:
-    """The organization's grid after checking its budget as the engine core will (None for
-    --org vllm)."""
+def _plan(args: argparse.Namespace, model: Path) -> tuple[int, int] | None:
+    """The organization's grid and KV-cache bytes after checking its budget as the engine core
+    will (None for --org vllm). The bytes are what vLLM allocates for the organization's block
+    ids: one G x a page per block in each attention and Mamba layer."""
     if args.org == "vllm":
         return None
     from hybridmem.vllm_plugin.org_geometry import org_grid
@@ -114,8 +115,10 @@ def _plan(args: argparse.Namespace, model: Path) -> int | None:
                                check_invariants=args.check_invariants).check()
     except ValueError as exc:
         raise HybridMemError(str(exc)) from None
-    plan_org(settings, models.geometry(str(model)), grid)  # HybridMemError: no unit
-    return int(grid)
+    geo = models.geometry(str(model))
+    plan = plan_org(settings, geo, grid)  # HybridMemError: no unit
+    layers = geo.n_attention_layers + geo.n_mamba_layers
+    return int(grid), plan.num_block_ids * grid * geo.attn_bytes_per_token * layers
 
 
 def run(args: argparse.Namespace) -> int:
@@ -127,12 +130,13 @@ def run(args: argparse.Namespace) -> int:
         model = resolve_model(args.model).absolute()
     except ValueError as exc:
         raise HybridMemError(str(exc)) from None
-    grid = _plan(args, model)
+    planned = _plan(args, model)
+    grid, kv_bytes = planned if planned is not None else (None, None)
     spec = ServeSpec(org=args.org, model=model, grid=grid, budget=args.budget,
                      attention_fraction=args.attention_fraction,
                      check_invariants=args.check_invariants, trace=args.trace, host=args.host,
                      port=args.port, served_name=models.TINY if args.model == models.TINY else None,
-                     extra=tuple(args.vllm_args))
+                     kv_cache_bytes=kv_bytes, extra=tuple(args.vllm_args))
     argv, env = serve_command(spec)
     line = shell_line(argv, env)
     if args.print_command:

