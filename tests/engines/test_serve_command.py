@@ -55,6 +55,11 @@ def test_s2_command_routes_every_decision_through_the_organization(
     assert json.loads(flag(argv, "--additional-config")) == {
         "hybridmem": {"org": "S2", "budget": "b20"}}
     assert argv[-2:] == ["--max-num-seqs", "4"]  # passed through, after hybridmem's flags
+    # b20 = 55 pages: 56 block ids (0 is vLLM's null block) x 64 tokens x 512 B x 4 KV layers
+    assert flag(argv, "--kv-cache-memory-bytes") == str(56 * 64 * 512 * 4)
+    _, argv = printed(["--model", str(tiny_model), "--", "--kv-cache-memory-bytes=1GiB"],
+                      capsys)
+    assert argv.count("--kv-cache-memory-bytes") == 0 and argv[-1] == "--kv-cache-memory-bytes=1GiB"
 
 
 def test_d0_runs_on_its_native_unit_and_vllm_gets_no_organization(

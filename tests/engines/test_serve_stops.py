@@ -218,7 +218,8 @@ def test_plain_vllm_with_the_plugin_sigterm(grace: str, tiny_model: Path, tmp_pa
 
     trace, log, port = tmp_path / "plain.hmt", tmp_path / "server.log", _free_port()
     assert main(["serve", "--print-command", "--model", str(tiny_model), "--org", "S2",
-                 "--trace", str(trace), "--port", str(port), "--", "--max-num-seqs", "4"]) == 0
+                 "--trace", str(trace), "--port", str(port), "--", "--max-num-seqs", "4",
+                 "--served-model-name", "tiny"]) == 0
     words = shlex.split(capsys.readouterr().out)
     env = _env()
     while "=" in words[0] and not words[0].startswith("/"):
