@@ -5,9 +5,11 @@ test_serve_stops.py)."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -154,6 +156,67 @@ def test_the_wrapper_reaches_vllms_process_manager(monkeypatch: pytest.MonkeyPat
     monkeypatch.delenv("HYBRIDMEM_SHUTDOWN_GRACE_S")
     monkeypatch.delenv("HYBRIDMEM_TRACE")
     assert utils.get_engine_process_shutdown_timeout(0, 0) == 0
+
+
+def _engine_core_stand_in(path: str, ready: Any) -> None:
+    """An engine core as vLLM's process manager sees it: a traced process that, on SIGTERM,
+    takes a second to shut its scheduler down (which writes END) and then exits."""
+    import signal
+    import time
+
+    from tracer import TraceWriter
+
+    writer = TraceWriter(path, {"organization": "S2"}, handle_signals=False)
+    for i in range(10):
+        writer.on_event(Event(EventKind.FINISH, request_id=f"r{i}"))
+
+    def stop(signum: int, frame: Any) -> None:
+        time.sleep(1.0)  # abort requests, tear the worker down, then the scheduler's shutdown
+        writer.close()
+        os._exit(0)
+
+    signal.signal(signal.SIGTERM, stop)
+    ready.set()
+    while True:
+        time.sleep(0.1)
+
+
+@pytest.mark.vllm
+@pytest.mark.parametrize("grace", ["default", "0"])
+def test_vllms_process_manager_lets_a_traced_engine_core_write_end(
+        grace: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """vLLM's own stop sequence (utils.shutdown: SIGTERM, wait the deadline, SIGKILL) against a
+    stand-in engine core: with the plugin's grace the trace is accepted; with vLLM's deadline
+    (grace 0, the negative control) the stand-in is killed first and END is missing."""
+    import multiprocessing
+
+    from vllm.v1 import utils as v1_utils
+    from vllm.v1.engine import utils
+
+    from hybridmem.engines.trace_sink import verify_trace
+    from hybridmem.vllm_plugin import shutdown
+
+    monkeypatch.setattr(utils, "get_engine_process_shutdown_timeout",
+                        utils.get_engine_process_shutdown_timeout)  # restored afterwards
+    shutdown.install()
+    trace = tmp_path / "t.hmt"
+    monkeypatch.setenv("HYBRIDMEM_TRACE", str(trace))
+    if grace != "default":
+        monkeypatch.setenv("HYBRIDMEM_SHUTDOWN_GRACE_S", grace)
+    ctx = multiprocessing.get_context("spawn")
+    ready = ctx.Event()
+    proc = ctx.Process(target=_engine_core_stand_in, args=(str(trace), ready), name="EngineCore")
+    proc.start()
+    assert ready.wait(60)
+    # what CoreEngineProcManager.shutdown does with --shutdown-timeout 0 (vLLM's default)
+    v1_utils.shutdown([proc], timeout=utils.get_engine_process_shutdown_timeout(0, 0))
+    proc.join(10)
+    verdict = verify_trace(trace)
+    if grace == "default":
+        assert proc.exitcode == 0 and verdict["accepted"], verdict
+    else:
+        assert proc.exitcode == -9, proc.exitcode
+        assert verdict["reason"].startswith("not accepted: END missing"), verdict
 
 
 # -- /metrics -----------------------------------------------------------------------------------
