@@ -76,6 +76,37 @@ def test_d0_runs_on_its_native_unit_and_vllm_gets_no_organization(
     assert "--scheduler-cls" not in argv and "--block-size" not in argv
 
 
+def _without(argv: list[str], *flags: str) -> list[str]:
+    out, skip = [], False
+    for word in argv:
+        if skip:
+            skip = False
+        elif word in flags:
+            skip = True
+        else:
+            out.append(word)
+    return out
+
+
+def test_the_readme_recipe_is_what_print_command_prints(
+        tiny_model: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The README's worked example, flag for flag (the model path aside); a README edited
+    without the command, or the command without the README, fails here."""
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    block = text.split("**Serving from vLLM itself**", 1)[1].split("```sh", 1)[1]
+    words = shlex.split(block.split("```", 1)[0].replace("\\\n", " "))
+    readme_env: dict[str, str] = {}
+    while re.match(r"[A-Z][A-Z0-9_]*=", words[0]):
+        key, value = words.pop(0).split("=", 1)
+        readme_env[key] = value
+    env, argv = printed(["--model", str(tiny_model), "--org", "S2", "--budget", "b40",
+                         "--trace", "t.hmt", "--port", "8000"], capsys)
+    assert {**env, "HYBRIDMEM_TRACE": "t.hmt"} == readme_env
+    assert words[0] == "python" and argv[0].endswith("python")
+    drop = ("--model", "--served-model-name")
+    assert _without(words[1:], *drop) == _without(argv[1:], *drop)
+
+
 def test_the_command_spells_the_plugins_own_names() -> None:
     from hybridmem.engines import serve_command
     from hybridmem.vllm_plugin import org_geometry, org_settings
