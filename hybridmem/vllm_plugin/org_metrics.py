@@ -11,9 +11,12 @@ counters cross the process boundary as a small JSON snapshot::
     snapshot() reads the organization's public         on each scrape reads the snapshot
     state (pools(), held()) and the manager's           <dir>/<API server pid>.json and yields
     counters; written (temp file + rename) to          the families below (nothing when there
-    <dir>/<parent pid>.json at start, at most every    is no snapshot: an untraced --org vllm
-    WRITE_INTERVAL_S while serving, whenever the       server shows none)
-    engine goes idle; removed at shutdown
+    <dir>/<parent pid>.json at start, at most every    is no snapshot: an --org vllm server
+    WRITE_INTERVAL_S while serving, whenever the       shows none)
+    engine goes idle; removed at shutdown (or exit;
+    a killed engine core leaves its file, which the
+    next engine core of a server with that pid
+    replaces at its start, before it serves)
 
 ``<dir>`` is ``HYBRIDMEM_METRICS_DIR`` or ``<tmp>/hybridmem-metrics-<uid>``. The reporter is on
 only in a process vLLM started as its engine core (``multiprocessing`` name ``EngineCore...``);
@@ -46,6 +49,7 @@ Counters count from the engine core's start; the trace of the same run holds the
 
 from __future__ import annotations
 
+import atexit
 import json
 import multiprocessing
 import os
@@ -165,7 +169,9 @@ def engine_core_reporter() -> Reporter | None:
     in-process engine) or with ``HYBRIDMEM_METRICS=0``."""
     if os.environ.get(SWITCH_ENV) == "0" or not in_engine_core():
         return None
-    return Reporter(snapshot_path(os.getppid()))
+    reporter = Reporter(snapshot_path(os.getppid()))
+    atexit.register(reporter.close)  # also when the engine core exits without its shutdown
+    return reporter
 
 
 # -- API-server side ----------------------------------------------------------------------------

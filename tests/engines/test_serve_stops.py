@@ -195,6 +195,9 @@ def test_hybridmem_serve_sigint_accepts_the_trace_and_metrics_match_it(
     finally:
         _kill_group(proc)
     assert rc == 0 and took < STOP_BUDGET_S and not left, (rc, took, left)
+    from hybridmem.vllm_plugin.org_metrics import snapshot_path
+
+    assert not snapshot_path(proc.pid).exists(), "the engine core removes its snapshot"
     verdict = _verdict(trace)
     assert verdict["accepted"], verdict
     meta, events = read_trace(trace)
