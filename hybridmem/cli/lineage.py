@@ -1,7 +1,7 @@
 """``hybridmem lineage``: entry and adopted joint depth per episode, depth classes, attribution.
 
     hybridmem lineage PATH... [--json] [--allow-unverified] [--plot OUT.png]
-    hybridmem lineage query PATH --sql "SELECT ..."
+    hybridmem lineage query PATH... --sql "SELECT ..."
     hybridmem lineage views
     hybridmem lineage import-vllm STREAM.msgpack OUT.parquet [--block-size N]
 
@@ -17,7 +17,7 @@ import sys
 
 from hybridmem.cli.common import count, out_path, real
 from hybridmem.errors import HybridMemError
-from hybridmem.outputs import atomic_output, check_output
+from hybridmem.outputs import atomic_output, check_output, same_file
 
 MAX_SQL_CHARS = 100_000
 
@@ -31,9 +31,11 @@ forms:
       per run: class counts and fractions, mean J_adopt / R_max / A_max with the M0/M1
       bracket, attribution k/n, publication/loss totals, SQL vs replay agreement. PATH is a
       binary trace (verified first) or an exported .parquet event table.
-  hybridmem lineage query PATH --sql "SELECT ..." [--allow-files] [--timeout S]
+  hybridmem lineage query PATH... --sql "SELECT ..." [--allow-files] [--timeout S]
       run one read-only SQL statement (SELECT / EXPLAIN) over PATH's events and the lineage
-      views it names (each created with the views it reads); no file, URL or extension
+      views it names (each created with the views it reads). With several PATHs every named
+      view (and events) holds all runs' rows, led by two columns: run (the PATH) and
+      organization, so one statement compares organizations; no file, URL or extension
       access from SQL unless --allow-files (which also permits COPY ... TO), a statement
       timeout (60 s) and a memory limit (2GB).
   hybridmem lineage views
@@ -96,22 +98,32 @@ def _query(args: argparse.Namespace) -> int:
     from lineage.source import open_run
     from lineage.views import connect, mentioned
 
-    if len(args.args) != 2:
-        raise HybridMemError(f"'query' takes exactly one PATH, got {args.args[1:]}")
+    paths = args.args[1:]
+    if not paths:
+        raise HybridMemError("'query' takes at least one PATH")
     if args.sql is None:
         raise HybridMemError("'query' needs --sql \"SELECT ...\"")
     if len(args.sql) > MAX_SQL_CHARS:
         raise HybridMemError(f"--sql is {len(args.sql):,} characters, over {MAX_SQL_CHARS:,}")
-    run_ = open_run(args.args[1], allow_unverified=args.allow_unverified)
-    # Only the views the statement names, and what they read (binding all of them cost ~2.5
-    # s), with the heavy ones among those computed once into tables: planning a public view
-    # over the nested SQL cost 2-4 CPU-s even on a 4-event table, ~0.01 over the tables.
-    con = connect(run_.table, run_.meta, source=run_.path, only=mentioned(args.sql),
-                  materialize=True)
-    con.execute("SET preserve_insertion_order = true")  # the statement's own rows in order
+    for i, p in enumerate(paths):
+        if any(same_file(p, q) for q in paths[:i]):
+            raise HybridMemError(f"'query': {p!r} is given twice")
+    runs = [open_run(p, allow_unverified=args.allow_unverified) for p in paths]
+    if len(runs) == 1:
+        # Only the views the statement names, and what they read (binding all of them cost
+        # ~2.5 s), with the heavy ones among those computed once into tables: planning a
+        # public view over the nested SQL cost 2-4 CPU-s even on a 4-event table, ~0.01 over
+        # the tables.
+        con = connect(runs[0].table, runs[0].meta, source=runs[0].path,
+                      only=mentioned(args.sql), materialize=True)
+        con.execute("SET preserve_insertion_order = true")  # the statement's rows in order
+    else:
+        from lineage.multirun import connect_runs
+
+        con = connect_runs(runs, args.sql)
     try:
         result = run_query(con, args.sql, allow_files=args.allow_files, timeout_s=args.timeout,
-                           memory_limit=args.memory_limit, inputs=[run_.path])
+                           memory_limit=args.memory_limit, inputs=[r.path for r in runs])
         try:
             if args.json:
                 for row in result.rows:
