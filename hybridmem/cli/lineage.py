@@ -1,6 +1,7 @@
 """``hybridmem lineage``: entry and adopted joint depth per episode, depth classes, attribution.
 
     hybridmem lineage PATH... [--json] [--allow-unverified] [--plot OUT.png]
+                              [--occupancy OUT.png]
     hybridmem lineage query PATH... --sql "SELECT ..."
     hybridmem lineage views
     hybridmem lineage import-vllm STREAM.msgpack OUT.parquet [--block-size N]
@@ -28,6 +29,7 @@ DESCRIPTION = HELP + """.
 
 forms:
   hybridmem lineage PATH... [--json] [--allow-unverified] [--plot OUT.png]
+                            [--occupancy OUT.png]
       per run: class counts and fractions, mean J_adopt / R_max / A_max with the M0/M1
       bracket, attribution k/n, publication/loss totals, SQL vs replay agreement. PATH is a
       binary trace (verified first) or an exported .parquet event table.
@@ -59,6 +61,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--plot", type=out_path((".png", ".pdf", ".svg")), metavar="OUT.png",
                    default=None,
                    help="write class bars per run and a J_enter vs J_adopt scatter")
+    p.add_argument("--occupancy", type=out_path((".png", ".pdf", ".svg")), metavar="OUT.png",
+                   default=None,
+                   help="write each run's pool occupancy over engine steps (units in use and "
+                   "available at every successful allocation)")
     p.add_argument("--sql", metavar="SQL", default=None, help="the statement for 'query'")
     p.add_argument("--allow-files", action="store_true",
                    help="'query': let the statement read and write files (COPY ... TO, "
@@ -165,11 +171,17 @@ def _report(args: argparse.Namespace) -> int:
 
     if not args.args:
         raise HybridMemError("give at least one PATH (or 'query' / 'views' / 'import-vllm')")
-    if args.plot:
-        check_output(args.plot, args.args, "--plot")
+    for flag, out in (("--plot", args.plot), ("--occupancy", args.occupancy)):
+        if out:
+            check_output(out, args.args, flag)
+    if args.plot and args.occupancy and same_file(args.plot, args.occupancy):
+        raise HybridMemError("--plot and --occupancy name the same file")
     replay_n = _replay_arg(args.replay)
     # open (and verify) every input first, so a bad one fails before any work is printed
-    runs = [open_run(path, allow_unverified=args.allow_unverified, columns=LINEAGE_COLUMNS)
+    columns = LINEAGE_COLUMNS
+    if args.occupancy:
+        columns += tuple(c for c in OCCUPANCY_COLUMNS if c not in LINEAGE_COLUMNS)
+    runs = [open_run(path, allow_unverified=args.allow_unverified, columns=columns)
             for path in args.args]
     reports = []
     for path, run_ in zip(args.args, runs, strict=True):
@@ -187,6 +199,12 @@ def _report(args: argparse.Namespace) -> int:
         with atomic_output(args.plot, args.args, "--plot") as tmp:
             plot(reports, str(tmp))
         _progress(f"lineage: plot written to {args.plot}")
+    if args.occupancy:
+        from lineage.occupancy import plot_occupancy
+
+        with atomic_output(args.occupancy, args.args, "--occupancy") as tmp:
+            plot_occupancy(runs, str(tmp))
+        _progress(f"lineage: occupancy written to {args.occupancy}")
     return 0 if all(r.agreement.complete for r in reports) else 1
 
 
@@ -208,12 +226,14 @@ def _replay_arg(text: str) -> int | None:
 
 # the options each form reads (dest: flag); any other option given is refused in that form,
 # never silently ignored
+OCCUPANCY_COLUMNS = ("seq", "ts_ns", "kind", "step", "state_kind", "free", "outcome")
 OPTIONS = {"json": "--json", "allow_unverified": "--allow-unverified", "plot": "--plot",
+           "occupancy": "--occupancy",
            "sql": "--sql", "allow_files": "--allow-files", "timeout": "--timeout",
            "memory_limit": "--memory-limit", "private": "--private", "replay": "--replay",
            "block_size": "--block-size"}
 FORM_OPTIONS = {
-    "report": {"json", "allow_unverified", "plot", "replay"},
+    "report": {"json", "allow_unverified", "plot", "occupancy", "replay"},
     "query": {"json", "allow_unverified", "sql", "allow_files", "timeout", "memory_limit"},
     "views": {"private"},
     "import-vllm": {"block_size"},

@@ -345,6 +345,13 @@ def scoped_env(env: Mapping[str, str | None]) -> Iterator[None]:
                 os.environ[k] = v
 
 
+def _device() -> str:
+    """Where the engine computes, for the trace metadata (figures name it)."""
+    import torch
+
+    return torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
+
+
 def run_serving(cfg: RunConfig, progress: bool = True) -> RunResult:
     """One serving run; writes results.parquet, summary.json and workload.json into cfg.out."""
     cfg.check()
@@ -365,8 +372,9 @@ def run_serving(cfg: RunConfig, progress: bool = True) -> RunResult:
 
         os.environ[tracing.TRACE_ENV] = str(trace_path)
         os.environ[tracing.META_ENV] = json.dumps(
-            {"seed": cfg.seed, "workload": {"requests": cfg.requests, "rate": cfg.rate,
-                                            "share": cfg.share, "isolate": cfg.isolate}})
+            {"seed": cfg.seed, "budget": cfg.budget, "device": _device(),
+             "workload": {"requests": cfg.requests, "rate": cfg.rate, "share": cfg.share,
+                          "isolate": cfg.isolate}})
         tracing.install()
     try:
         import vllm
