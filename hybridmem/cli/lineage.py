@@ -178,7 +178,7 @@ def _report(args: argparse.Namespace) -> int:
         raise HybridMemError("--plot and --occupancy name the same file")
     replay_n = _replay_arg(args.replay)
     # open (and verify) every input first, so a bad one fails before any work is printed
-    columns = LINEAGE_COLUMNS
+    columns: tuple[str, ...] = LINEAGE_COLUMNS
     if args.occupancy:
         columns += tuple(c for c in OCCUPANCY_COLUMNS if c not in LINEAGE_COLUMNS)
     runs = [open_run(path, allow_unverified=args.allow_unverified, columns=columns)
