@@ -16,6 +16,8 @@ from tracer.occupancy import occupancy
 from tracer.perfetto import AVAILABLE, IN_USE, write_perfetto
 from tracer.writer import TraceWriter
 
+pytestmark = pytest.mark.writer_paths("default")  # reader side: one writer path
+
 META = {"organization": "S2", "attention_grid_tokens": 512, "recurrent_grid_tokens": 512,
         "capacity": {"pages": 10}}
 
