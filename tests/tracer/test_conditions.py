@@ -1,4 +1,4 @@
-"""Figure titles name the run's conditions (tracer/conditions.py), and the lineage plot uses them."""
+"""Figure titles name the run's conditions (tracer/conditions.py); the lineage plot uses them."""
 
 from __future__ import annotations
 
