@@ -28,7 +28,9 @@ caused it) gets a zero-length slice on each of the two tracks, bound by a flow (
 flow on an instant).
 
 Writer: every object is a dict serialized by the standard :mod:`json` module (one encode per
-batch's list, compact separators); no JSON text is assembled by hand. It costs more than the
+batch's list, compact separators); the writer only streams the encoded batches into the
+enclosing ``traceEvents`` array (its brackets and the commas between batches), so no object's
+text is assembled by hand. It costs more than the
 column-at-a-time text builder it replaced: over the same 1M-event synthetic trace, interleaved
 runs on a loaded 2-core box, 18.9-27.0 CPU-s and 310-317 MiB peak against 5.1-6.6 CPU-s and
 170-174 MiB (``benchmarks/RESULTS.md``). The export is not on a serving path and a timeline
