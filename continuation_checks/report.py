@@ -205,7 +205,8 @@ def plot_title(meta: dict[str, Any], cases: int) -> str:
     budget = meta.get("budget")
     return (f"{meta.get('org', '?')}{f', budget {budget}' if budget else ''}, model {model}, "
             f"{meta.get('dtype', '?')}, {cases} cases, seed {meta.get('seed', '?')}, fault "
-            f"{meta.get('fault') or 'none'} | greedy tokens of a retained checkpoint against recompute")
+            f"{meta.get('fault') or 'none'} | greedy tokens of a retained checkpoint against "
+            "recompute")
 
 
 def write_plot(results: list[CaseResult], path: Path, title: str = "") -> Path:
