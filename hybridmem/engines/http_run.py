@@ -180,8 +180,8 @@ def _server_env(cfg: RunConfig, trace_path: Path | None, model: Path) -> dict[st
     if trace_path is not None:
         env[ENV_TRACE] = str(trace_path)
         env[ENV_TRACE_META] = json.dumps(
-            {"seed": cfg.seed, "driver": "http", "budget": cfg.budget,
-             "arrivals": arrivals_text(cfg),
+            {"seed": cfg.seed, "driver": "http", "arrivals": arrivals_text(cfg),
+             **({"budget": cfg.budget} if cfg.budget is not None else {}),
              "workload": {"requests": cfg.requests, "rate": cfg.rate, "share": cfg.share,
                           "isolate": cfg.isolate}})
     return env

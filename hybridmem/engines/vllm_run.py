@@ -392,8 +392,8 @@ def run_serving(cfg: RunConfig, progress: bool = True) -> RunResult:
 
         os.environ[tracing.TRACE_ENV] = str(trace_path)
         os.environ[tracing.META_ENV] = json.dumps(
-            {"seed": cfg.seed, "budget": cfg.budget, "device": _device(),
-             "arrivals": arrivals_text(cfg),
+            {"seed": cfg.seed, "device": _device(), "arrivals": arrivals_text(cfg),
+             **({"budget": cfg.budget} if cfg.budget is not None else {}),
              "workload": {"requests": cfg.requests, "rate": cfg.rate, "share": cfg.share,
                           "isolate": cfg.isolate}})
         tracing.install()
