@@ -278,6 +278,7 @@ def _trace_target(cfg: SimConfig, device: Any) -> tuple[str, dict[str, Any]]:
     for stale in (path, path.with_suffix(".jsonl")):
         stale.unlink(missing_ok=True)
     meta = {"seed": cfg.seed, "simulated": True, "device": device.name, "budget": cfg.budget,
+            "cost_constants": dict(cfg.constants),
             "workload": {"requests": cfg.requests, "rate": cfg.rate, "share": cfg.share,
                          "isolate": cfg.isolate}}
     return str(path), meta
