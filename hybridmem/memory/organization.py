@@ -173,7 +173,7 @@ class MemoryOrganization(Reclaim, Policy, Integrity, Blocks, Checkpoints, Tables
             self._check_growth(req, num_tokens)
         # (asked on every decode step: mostly no new block and no new boundary)
         blocks = -(-num_tokens // self.attention_grid) - len(req.blocks)
-        ckpts = self.ckpts_after(req.ckpt_top, num_tokens)
+        ckpts = self.ckpts_after(req.ckpt_top, num_tokens) if num_tokens > req.ckpt_top else 0
         return Need(max(blocks, 0), self.ckpt_units(ckpts) if ckpts else 0)
 
     def available(self) -> Need:
