@@ -161,7 +161,7 @@ MUTANTS: list[Mutant] = [
     _m("superseded-releases-newest", "retention", POL,
        "        del older[-1:]  # the newest", "        pass  # the newest"),
     _m("superseded-ignores-last-computed", "retention", POL,
-       "if b <= req.computed)", "if b < req.computed)"),
+       "            if b <= req.computed:\n", "            if b < req.computed:\n"),
     # -- checkpoint completeness -------------------------------------------------------------
     _m("checkpoint-one-member-short", "completeness", CKP,
        "ck.members = pool.take_many(self.members)", "ck.members = pool.take_many(self.members - 1)",

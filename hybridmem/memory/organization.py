@@ -154,6 +154,7 @@ class MemoryOrganization(Reclaim, Policy, Integrity, Blocks, Checkpoints, Tables
 
     # == admission and allocation ==============================================================
     def _check_growth(self, req: RequestState, num_tokens: int) -> None:
+        """The ValueError of a ``num_tokens`` the request cannot grow to."""
         if num_tokens > len(req.tokens):
             raise ValueError(f"request {req.request_id!r}: cannot allocate {num_tokens} tokens, "
                              f"only {len(req.tokens)} are known")
@@ -164,14 +165,16 @@ class MemoryOrganization(Reclaim, Policy, Integrity, Blocks, Checkpoints, Tables
         """Checkpoints a request at ``depth`` writes up to ``total`` tokens: one per recurrent
         boundary in ``(depth, ceil(total / g_r) g_r]``."""
         gr = self.recurrent_grid
-        return len(range(depth + gr, ceil_div(total, gr) * gr + 1, gr))
+        return len(range(depth + gr, -(-total // gr) * gr + 1, gr))  # ceil(total / gr) gr
 
     def pages_needed(self, request_id: str, num_tokens: int) -> Need:
         req = self._req(request_id)
-        self._check_growth(req, num_tokens)
-        blocks = max(0, ceil_div(num_tokens, self.attention_grid) - len(req.blocks))
-        ckpts = self.ckpts_after(req.ckpt_top, num_tokens)
-        return Need(blocks, self.ckpt_units(ckpts) if ckpts > 0 else 0)
+        if not 0 <= num_tokens <= len(req.tokens):
+            self._check_growth(req, num_tokens)
+        # (asked on every decode step: mostly no new block and no new boundary)
+        blocks = -(-num_tokens // self.attention_grid) - len(req.blocks)
+        ckpts = self.ckpts_after(req.ckpt_top, num_tokens) if num_tokens > req.ckpt_top else 0
+        return Need(max(blocks, 0), self.ckpt_units(ckpts) if ckpts else 0)
 
     def available(self) -> Need:
         return Need(self.pool_for(StateKind.ATTENTION).num_available,
@@ -236,7 +239,8 @@ class MemoryOrganization(Reclaim, Policy, Integrity, Blocks, Checkpoints, Tables
                                           destination the running state is computed into)
         """
         req = self._req(request_id)
-        self._check_growth(req, num_tokens)
+        if not 0 <= num_tokens <= len(req.tokens):
+            self._check_growth(req, num_tokens)
         n_blocks = max(0, ceil_div(num_tokens, self.attention_grid) - len(req.blocks))
         gr = self.recurrent_grid
         bounds = list(range(req.ckpt_top + gr, ceil_div(num_tokens, gr) * gr + 1, gr))

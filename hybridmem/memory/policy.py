@@ -38,9 +38,15 @@ class Policy(_Base):
     def release_superseded(self, request_id: str) -> list[int]:
         req = self._req(request_id)
         ckpts = req.ckpts
+        if len(ckpts) < 2:
+            return []  # nothing older than the newest (every decode step of most requests)
         # the newest boundary within ``computed`` stays; the older ones are released unless
         # retained
-        older = sorted(b for b in ckpts if b <= req.computed)
+        older = []
+        for b in ckpts:
+            if b <= req.computed:
+                older.append(b)
+        older.sort()
         del older[-1:]  # the newest (none when no boundary is within ``computed``)
         kept = []
         for b in older:
