@@ -34,8 +34,15 @@ from typing import Any
 
 from hybridmem.events import Event, NullObserver, Observer
 from hybridmem.geometry import PRESETS
-from hybridmem.organization import ORGANIZATIONS, build
 from hybridmem.units import Units, derive_units
+
+try:  # the A/B runs this copy against an older checkout too, whose layouts lived elsewhere
+    from hybridmem.memory.layouts import LAYOUTS as ORGANIZATIONS
+    from hybridmem.memory.layouts import build
+    from hybridmem.memory.pool import PagePool
+except ImportError:  # pragma: no cover - an older checkout on the path
+    from hybridmem.organization import ORGANIZATIONS, build  # type: ignore[no-redef]
+    from hybridmem.page_pool import PagePool  # type: ignore[no-redef]
 
 POLICIES: dict[str, dict[str, Any]] = {
     "plain": {},
@@ -150,7 +157,6 @@ def random_ops(name: str, units: Units, policy: dict[str, Any], observer: Observ
 @contextmanager
 def lru_fault() -> Iterator[None]:
     """The negative control: reclaim the NEWEST cached page (a plausible LRU bug)."""
-    from hybridmem.page_pool import PagePool
     orig = PagePool.oldest_cached
     PagePool.oldest_cached = lambda self: next(reversed(self._cached), None)  # type: ignore
     try:

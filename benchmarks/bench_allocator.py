@@ -34,9 +34,9 @@ as D0 has. ``vs vLLM`` compares with the 512-token row, ``vs vLLM@grid`` with th
 organization's own attention grid. Without vLLM those rows say so and nothing is estimated.
 
 The vLLM rows compute their block keys in Python per block, as vLLM does (its request block
-hasher); ``--vllm-keys`` says how (the organizations always use :mod:`hybridmem.hashing`)::
+hasher); ``--vllm-keys`` says how (the organizations always use :mod:`hybridmem.memory.keys`)::
 
-    python    (default) hybridmem.hashing.hash_chain, the organizations' own chain: one hashlib
+    python    (default) hybridmem.memory.keys.hash_chain, the organizations' own chain: one hashlib
               blake2b per block, the same key cost as the organizations, so the ratio compares
               bookkeeping alone; about what vLLM 0.32's own default hasher costs at 512 tokens,
               less at 16
@@ -58,12 +58,17 @@ from typing import Any
 from hybridmem.budget import parse_budget, plan_budget
 from hybridmem.events import EventKind, NullObserver, Observer, RecordingObserver
 from hybridmem.geometry import load_geometry
-from hybridmem.organization import ORGANIZATIONS, make_organization
+
+try:  # allocator_digest's A/B loads this copy against an older checkout too
+    from hybridmem.memory.layouts import LAYOUTS, make_organization
+except ImportError:  # pragma: no cover - an older checkout on the path
+    from hybridmem.organization import ORGANIZATIONS as LAYOUTS  # type: ignore[no-redef]
+    from hybridmem.organization import make_organization  # type: ignore[no-redef]
 from hybridmem.units import Units, derive_units
 
 CHUNK = 512
 MAX_RUNNING = 8
-ORG_KEYS = "python"  # hybridmem.hashing: hashlib blake2b, the one implementation
+ORG_KEYS = "python"  # hybridmem.memory.keys: hashlib blake2b, the one implementation
 
 
 def workload(n: int, seed: int = 0) -> list[list[int]]:
@@ -140,8 +145,8 @@ VLLM_KEYS = ("python", "vllm")
 
 def vllm_keys(how: str, block_tokens: int) -> Callable[[list[int]], list[bytes]]:
     """The vLLM rows' block keys of one prompt (``--vllm-keys``, see the module docstring)."""
-    from hybridmem import hashing
     from hybridmem.events import StateKind
+    from hybridmem.memory import keys as hashing
 
     kind = StateKind.ATTENTION
     if how == "python":
@@ -230,8 +235,8 @@ def profile(name: str, model: str, budget: str, requests: int) -> int:
     import cProfile
     import pstats
 
-    if name not in ORGANIZATIONS:
-        print(f"--profile {name!r}: choose from {', '.join(ORGANIZATIONS)}", file=sys.stderr)
+    if name not in LAYOUTS:
+        print(f"--profile {name!r}: choose from {', '.join(LAYOUTS)}", file=sys.stderr)
         return 2
     units = derive_units(load_geometry(model))
     prompts = workload(requests)
@@ -250,12 +255,12 @@ def hash_floor(names: list[str], units: Units, budget: str, prompts: list[list[i
                repeat: int, grids: dict[str, int], keys_of: str = "python") -> int:
     """What the keys alone cost each row: this thread's CPU seconds (fastest of ``repeat``) of
     the hash chains of every prompt, as ``add_request`` computes them (the organization's two
-    chains, :func:`hybridmem.hashing.hash_chain_pair`) and as the vLLM rows do (one attention
+    chains, :func:`hybridmem.memory.keys.hash_chain_pair`) and as the vLLM rows do (one attention
     chain at the block size, keys as ``--vllm-keys`` says). ``ceiling`` is the ratio to the vLLM
     row if everything but the keys cost nothing on both sides: (organization ops / its
     hashing) / (vLLM ops / vLLM hashing); against the measured vLLM row (whose block-pool
     calls do cost) the bound is higher by that row's seconds over its hashing seconds."""
-    from hybridmem.hashing import hash_chain_pair
+    from hybridmem.memory.keys import hash_chain_pair
 
     def best(fn: Callable[[], object]) -> float:
         times = []
@@ -289,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--requests", type=int, default=300)
     ap.add_argument("--repeat", type=int, default=5, help="interleaved rounds (default 5)")
     ap.add_argument("--model", default="falcon-h1-7b")
-    ap.add_argument("--orgs", default=",".join(ORGANIZATIONS),
+    ap.add_argument("--orgs", default=",".join(LAYOUTS),
                     help="comma-separated organizations (default: all)")
     ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                     help="time each run by wall clock (perf_counter, default) or by this "
@@ -308,9 +313,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.profile is not None:
         return profile(args.profile, args.model, args.budget, args.requests)
     names = [n for n in args.orgs.split(",") if n]
-    bad = [n for n in names if n not in ORGANIZATIONS]
+    bad = [n for n in names if n not in LAYOUTS]
     if bad or not names or args.requests < 1 or args.repeat < 1:
-        print(f"bad --orgs {args.orgs!r} (choose from {', '.join(ORGANIZATIONS)}), --requests "
+        print(f"bad --orgs {args.orgs!r} (choose from {', '.join(LAYOUTS)}), --requests "
               f"{args.requests} or --repeat {args.repeat}", file=sys.stderr)
         return 2
     units = derive_units(load_geometry(args.model))

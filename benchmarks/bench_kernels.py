@@ -10,7 +10,7 @@ and prints time, effective bandwidth = bytes moved / time, the paged/contiguous 
 when the device's peak HBM bandwidth is known (or given), the fraction of it. Bytes moved count
 every state byte read and written plus the activations, parameters and outputs.
 
-Issue 7 goals: bandwidth >= 80% of HBM peak at batch >= 64, paged <= 5% slower than contiguous.
+Goals: bandwidth >= 80% of HBM peak at batch >= 64, paged <= 5% slower than contiguous.
 With no CUDA device the script prints why and exits 0 without measuring anything.
 """
 
@@ -75,7 +75,7 @@ class SsmCase(NamedTuple):
 
 
 def ssm_case(batch: int, state_dtype: torch.dtype, gen: torch.Generator) -> SsmCase:
-    from kernels.paging import elems_per_page, num_members
+    from hybridmem.kernels.paging import elems_per_page, num_members
 
     geo = PRESETS["falcon-h1-7b"]
     units = derive_units(geo)
@@ -105,7 +105,7 @@ def ssm_case(batch: int, state_dtype: torch.dtype, gen: torch.Generator) -> SsmC
 def ssm_call(case: SsmCase, pool: torch.Tensor, table: torch.Tensor,
              **tuning: int | None) -> Callable[[], object]:
     """The timed call: one in-place decode step of ``case`` on ``pool`` through ``table``."""
-    from kernels.paged_ssm_update import paged_selective_state_update
+    from hybridmem.kernels.paged_ssm_update import paged_selective_state_update
 
     x, dt, A, B, C, D, z, dt_bias = case.params
     return lambda: paged_selective_state_update(
@@ -121,8 +121,8 @@ def bench_ssm(batch: int, state_dtype: torch.dtype, rep_ms: int, gen: torch.Gene
 
 
 def bench_conv(batch: int, rep_ms: int, gen: torch.Generator) -> Row:
-    from kernels.conv_slot_update import conv_slot_update
-    from kernels.paging import slab_lines, slot_elems
+    from hybridmem.kernels.conv_slot_update import conv_slot_update
+    from hybridmem.kernels.paging import slab_lines, slot_elems
 
     geo = PRESETS["falcon-h1-7b"]
     units = derive_units(geo)
@@ -154,8 +154,8 @@ def bench_conv(batch: int, rep_ms: int, gen: torch.Generator) -> Row:
 
 def bench_gather(batch: int, state_dtype: torch.dtype, rep_ms: int,
                  gen: torch.Generator) -> Row:
-    from kernels.checkpoint_copy import gather_pages
-    from kernels.paging import elems_per_page, num_members
+    from hybridmem.kernels.checkpoint_copy import gather_pages
+    from hybridmem.kernels.paging import elems_per_page, num_members
 
     geo = PRESETS["falcon-h1-7b"]
     units = derive_units(geo)

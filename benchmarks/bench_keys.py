@@ -1,4 +1,4 @@
-"""Cost of one request's two key chains (``hybridmem.hashing.hash_chain_pair``), beside
+"""Cost of one request's two key chains (``hybridmem.memory.keys.hash_chain_pair``), beside
 ``xxhash.xxh3_64`` over the same messages (the faster hash a key change could move to)::
 
     PYTHONPATH=. python benchmarks/bench_keys.py [--tokens 3000]
@@ -6,7 +6,7 @@
 Prints microseconds per call (best of 7 rounds of 300 calls) for the grids the organizations
 use (512/512: S0-S2; 16/1792: D0), tokens as a list and as the int64 array an organization
 holds. The xxh3 row needs the ``xxhash`` package (not a dependency: the row says when it is
-missing). The figures and the decision are in ``hybridmem/hashing.py``'s docstring.
+missing). The figures and the decision are in ``hybridmem/memory/keys.py``'s docstring.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from array import array
 from collections.abc import Callable
 from functools import partial
 
-from hybridmem.hashing import _encode_extra, hash_chain_pair
+from hybridmem.memory.keys import _encode_extra, hash_chain_pair
 
 HEAD = struct.Struct("<BQI")
 

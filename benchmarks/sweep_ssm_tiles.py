@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     import triton.testing
 
     from benchmarks.bench_kernels import ssm_call, ssm_case
-    from kernels.paged_ssm_update.kernel import default_block_m, default_num_warps
+    from hybridmem.kernels.paged_ssm_update.kernel import default_block_m, default_num_warps
 
     geo = PRESETS["falcon-h1-7b"]
     n = geo.d_state

@@ -10,6 +10,13 @@ From a seed, cases come in shared-prefix families like the serving workload (SPE
 Several boundaries per prompt probe restart depth; several prompts per family share a prefix (each
 case still runs under its own salts, so cases never reuse each other's state). From a file: JSON
 lines, one object per case: ``{"prompt": [ids...], "boundary": b, "max_tokens": n}``.
+
+Edge cases (:func:`make_edge_cases`) put the prompt's end on the places where off-by-one state
+bugs live, for every boundary ``b`` the model limit allows, in turn::
+
+    at L - 1     L = b + 1        the boundary is vLLM's cap; the consumer computes one token
+    block end    L = b + G        the prompt is a multiple of the block; its last chunk ends on one
+    mid block    L = b + G / 2    the last chunk ends between two boundaries
 """
 
 from __future__ import annotations
@@ -87,6 +94,37 @@ def make_cases(n: int, seed: int, vocab: int, grid: int, max_model_len: int,
                 if len(cases) < n:
                     cases.append(Case(len(cases), family, prompt, b, max_tokens))
         family += 1
+    return cases
+
+
+EDGE_SHAPES = ("at L - 1", "block end", "mid block")
+
+
+def edge_lengths(b: int, grid: int) -> dict[str, int]:
+    """The prompt length of each edge shape at boundary ``b`` (see the module docstring)."""
+    return {"at L - 1": b + 1, "block end": b + grid, "mid block": b + max(1, grid // 2)}
+
+
+def make_edge_cases(n: int, seed: int, vocab: int, grid: int, max_model_len: int,
+                    max_tokens: int = 16) -> list[Case]:
+    """``n`` cases at exact block boundaries: every (boundary, edge shape) that fits the model
+    limit in turn, each time with fresh random tokens from ``seed`` (deterministic)."""
+    if n < 1:
+        raise HybridMemError(f"number of cases must be >= 1, got {n}")
+    if vocab <= MIN_TOKEN_ID + 1:
+        raise HybridMemError(f"vocabulary of {vocab} ids leaves no prompt tokens")
+    max_len = max_model_len - max_tokens
+    shapes = [(b, length) for b in range(grid, max_len, grid)
+              for length in edge_lengths(b, grid).values() if length <= max_len]
+    if not shapes:
+        raise HybridMemError(f"model limit {max_model_len} leaves no prompt longer than one "
+                             f"grid of {grid} tokens beside {max_tokens} output tokens")
+    rng = np.random.default_rng(seed)
+    cases: list[Case] = []
+    while len(cases) < n:
+        b, length = shapes[len(cases) % len(shapes)]
+        prompt = tuple(int(t) for t in rng.integers(MIN_TOKEN_ID, vocab, length))
+        cases.append(Case(len(cases), len(cases), prompt, b, max_tokens))
     return cases
 
 

@@ -7,7 +7,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from continuation_checks.cases import Case, check_case, load_cases, make_cases
+from continuation_checks.cases import (
+    Case,
+    check_case,
+    load_cases,
+    make_cases,
+    make_edge_cases,
+)
 from continuation_checks.engine import (
     DEFAULT_BUDGET,
     KNOWN_ORGS,
@@ -19,6 +25,7 @@ from continuation_checks.report import write_outputs, write_stopped
 from continuation_checks.run import FAULTS, ORG_FAULTS, VLLM_FAULTS, run_cases
 from continuation_checks.verdict import Verdict
 from hybridmem.errors import HybridMemError
+from hybridmem.inputs import check_regular
 
 DTYPES = ("float32", "bfloat16")
 MAX_CASES = 4096
@@ -40,6 +47,7 @@ class CheckConfig:
     progress: bool = True
     budget: str | None = None  # organization mode (default DEFAULT_BUDGET)
     attention_fraction: float | None = None  # D0 on a model without a preset
+    edges: bool = False  # seeded cases at exact block boundaries (cases.make_edge_cases)
 
     def engine_fault(self) -> str | None:
         """The fault the engine itself injects (an organization's), else None."""
@@ -89,8 +97,10 @@ class CheckConfig:
         if self.out.exists() and not self.out.is_dir():
             raise HybridMemError(f"--out {str(self.out)!r}: exists and is not a directory")
         if self.cases_file is not None:
-            if not self.cases_file.is_file():
-                raise HybridMemError(f"--cases-file {str(self.cases_file)!r}: no such file")
+            if self.edges:
+                raise HybridMemError("--edges makes the seeded cases; a --cases-file brings "
+                                     "its own: give one")
+            check_regular(self.cases_file, "--cases-file")  # missing, or a device or pipe
             load_cases(self.cases_file)  # types and ranges, before any engine starts
 
 
@@ -144,8 +154,9 @@ def run_check(cfg: CheckConfig) -> dict[str, Any]:
             if why is not None:
                 raise HybridMemError(f"--budget: {why}")
         if file_cases is None:
-            cases = make_cases(cfg.cases, cfg.seed, vocab, eng.interval, MAX_MODEL_LEN,
-                               max_tokens=cfg.max_tokens)
+            make = make_edge_cases if cfg.edges else make_cases
+            cases = make(cfg.cases, cfg.seed, vocab, eng.interval, MAX_MODEL_LEN,
+                         max_tokens=cfg.max_tokens)
         else:
             cases = file_cases
         for c in cases:
@@ -179,6 +190,8 @@ def run_check(cfg: CheckConfig) -> dict[str, Any]:
             "max_tokens": cfg.max_tokens, "state_dtypes": state_dtypes,
             "budget": None if cfg.org == "vllm" else cfg.budget or DEFAULT_BUDGET, **org_meta,
             "cases_file": None if cfg.cases_file is None else str(cfg.cases_file),
+            "case_set": "file" if cfg.cases_file is not None else (
+                "edges" if cfg.edges else "seeded"),
             "trace": str(written), "trace_verdict": verify_trace(written)}
     if stopped is not None:
         report = write_stopped(cfg.out, meta, timing, stopped)

@@ -24,10 +24,10 @@ classes stay untouched, the tracer's way):
   the same chunks ``[0,G) [G,2G) ...`` and the extra stop is a no-op)
 
 The organization is a parameter: ``vllm`` uses vLLM's KV-cache manager and its Mamba rows
-(:class:`~continuation_checks.storage.VllmRows`); S0/S1/S2/D0 run vLLM's scheduler with the
+(:class:`~continuation_checks.state_readers.VllmRows`); S0/S1/S2/D0 run vLLM's scheduler with the
 organization's manager (``OrgScheduler``), built by the same helpers as ``hybridmem run --org X``
 (:func:`engine_kwargs_for`), and their state is read at the organization's addresses
-(:class:`~continuation_checks.storage.OrgStore`). Boundaries lie on the *recurrent* grid
+(:class:`~continuation_checks.state_readers.OrgStore`). Boundaries lie on the *recurrent* grid
 (``interval``: G for S0-S2, D0's checkpoint interval, a multiple of G); table positions count
 blocks of G tokens.
 """
@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from continuation_checks.storage import (  # noqa: F401 (StateBytes, VllmRows re-exported)
+from continuation_checks.state_readers import (  # noqa: F401 (StateBytes, VllmRows re-exported)
     OrgStore,
     StateBytes,
     VllmRows,

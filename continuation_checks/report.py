@@ -199,9 +199,19 @@ def write_table(results: list[CaseResult], path: Path) -> Path:
     return _atomic(path, lambda tmp: pq.write_table(pa.table(cols), tmp))
 
 
-def write_plot(results: list[CaseResult], path: Path) -> Path:
+def plot_title(meta: dict[str, Any], cases: int) -> str:
+    """The check's conditions: organization, budget, model, dtype, cases, seed, fault."""
+    model = str(meta.get("model") or "?").rstrip("/").rsplit("/", 1)[-1]
+    budget = meta.get("budget")
+    return (f"{meta.get('org', '?')}{f', budget {budget}' if budget else ''}, model {model}, "
+            f"{meta.get('dtype', '?')}, {cases} cases, seed {meta.get('seed', '?')}, fault "
+            f"{meta.get('fault') or 'none'} | greedy tokens of a retained checkpoint against "
+            "recompute")
+
+
+def write_plot(results: list[CaseResult], path: Path, title: str = "") -> Path:
     """Divergence index and logit margin by verdict (left), margins where nothing diverged
-    (right)."""
+    (right); ``title`` names the check's conditions (:func:`plot_title`)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -239,6 +249,8 @@ def write_plot(results: list[CaseResult], path: Path) -> Path:
     ax2.set_ylabel("positions")
     med = calm["non_divergent"]["median"]
     ax2.set_title(f"margins (non-divergent median {med:.3g})" if med is not None else "margins")
+    if title:
+        fig.suptitle(title, fontsize=8)
     fig.tight_layout()
 
     def save(tmp: Path) -> None:
@@ -255,7 +267,7 @@ def write_outputs(out: Path, results: list[CaseResult], meta: dict[str, Any],
     out.mkdir(parents=True, exist_ok=True)
     report = build_report(results, meta, timing)
     write_table(results, out / TABLE)
-    write_plot(results, out / PLOT)
+    write_plot(results, out / PLOT, plot_title(meta, len(results)))
     text = json.dumps(report, indent=2) + "\n"
     _atomic(out / REPORT, lambda tmp: tmp.write_text(text))
     return report

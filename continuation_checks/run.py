@@ -22,7 +22,7 @@ from typing import Any
 from continuation_checks.cases import Case
 from continuation_checks.compare import StateDiff, first_divergence, margin_at, state_diff
 from continuation_checks.engine import ContinuationEngine, Submitted, progress
-from continuation_checks.storage import StateBytes
+from continuation_checks.state_readers import StateBytes
 from continuation_checks.verdict import (
     ALL_RUNS,
     RETAINED_RUNS,

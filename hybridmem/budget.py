@@ -27,12 +27,15 @@ is split per layer so that no organization's whole-model bytes exceed it, roundi
             -> floor(f B / 16a) attention units, floor((1 - f) B / r) recurrent composites
 
 so ``f`` keeps one meaning (D0's per-layer attention share) for labels and totals; for a parallel
-hybrid both splits are ``T / layers``.
+hybrid both splits are ``T / layers``. A total's label is ``total SIZE`` (``total 12GiB``), and
+:func:`parse_budget` reads that label back, so a total travels wherever a budget text does (the
+CLI's ``--total``, a campaign grid, the vLLM plugin's settings).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from fractions import Fraction
 from math import floor
@@ -50,6 +53,7 @@ _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
 _LABEL_RE = re.compile(r"^b(\d+)$")
 MAX_TEXT = 40  # characters of a budget or size (a 5,000-digit budget is refused, not parsed)
 MAX_BYTES = 1 << 60
+TOTAL_PREFIX = "total "  # the label of a whole-cache total: "total 12GiB"
 
 
 def parse_size(text: str) -> int:
@@ -87,8 +91,11 @@ def _too_small(raw: str, nominal: int, units: Units) -> BudgetError:
 
 
 def parse_budget(text: str, units: Units) -> Budget:
-    """A label ``bN`` (N >= 1), a byte count, or a size such as ``96MiB``."""
+    """A label ``bN`` (N >= 1), a byte count, a size such as ``96MiB``, or a total's label
+    ``total SIZE`` (:func:`parse_total`)."""
     raw = str(text).strip()
+    if raw.startswith(TOTAL_PREFIX):  # a total's label: the size is checked as --total's
+        return parse_total(raw[len(TOTAL_PREFIX):], units)
     if len(raw) > MAX_TEXT:
         raise BudgetError(f"bad budget {raw[:20]!r}... ({len(raw)} characters)")
     if raw.startswith("-"):
@@ -116,10 +123,11 @@ def parse_budget(text: str, units: Units) -> Budget:
 
 
 def parse_total(text: str, units: Units) -> Budget:
-    """A whole-cache size (``12GiB``, bytes), all layers together, as :class:`Budget`."""
+    """A whole-cache size (``12GiB``, bytes), all layers together, as :class:`Budget` labelled
+    ``total SIZE`` (which :func:`parse_budget` reads back)."""
     total = parse_size(text)
     state_layers = units.geometry.n_state_layers
-    return Budget(f"total {str(text).strip()}", total // state_layers, total)
+    return Budget(f"{TOTAL_PREFIX}{str(text).strip()}", total // state_layers, total)
 
 
 def check_fraction(frac: float) -> Fraction:
@@ -188,13 +196,14 @@ class Plan:
                     + self.d0.recurrent_bytes * geo.n_mamba_layers)
         return self.org(name).bytes * geo.n_state_layers  # type: ignore[union-attr]
 
-    def empty_units(self) -> list[str]:
-        """What a too-small budget leaves at zero, with the size of one unit."""
+    def empty_units(self, orgs: Iterable[str] = ("S0", "S1", "S2", "D0")) -> list[str]:
+        """What a too-small budget leaves at zero in ``orgs``, with the size of one unit."""
+        names = set(orgs)
         out = [f"{name} 0 pages (one is {sp.page_bytes:,} B)"
                for name, sp in (("S0", self.s0), ("S1", self.s1), ("S2", self.s2))
-               if sp.pages == 0]
+               if sp.pages == 0 and name in names]
         d = self.d0
-        if d is not None:
+        if d is not None and "D0" in names:
             f = d.attention_fraction
             if d.attention_units == 0:
                 out.append(f"D0 0 attention units (one is {d.attention_unit_bytes:,} B of the "
@@ -204,9 +213,9 @@ class Plan:
                            f"the recurrent share {1 - f:.6g})")
         return out
 
-    def check_holds(self) -> Plan:
-        """Refuse a plan in which any organization holds nothing of a kind of unit."""
-        empty = self.empty_units()
+    def check_holds(self, orgs: Iterable[str] = ("S0", "S1", "S2", "D0")) -> Plan:
+        """Refuse a plan in which any of ``orgs`` holds nothing of a kind of unit."""
+        empty = self.empty_units(orgs)
         if empty:
             b = self.budget
             per = (f"total {b.total_bytes:,} B" if b.total_bytes is not None

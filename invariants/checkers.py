@@ -18,7 +18,7 @@ D0 adds a structural check, *static pools*: blocks live only in the attention po
 checkpoints only in the recurrent pool, whose sizes never change.
 
 The checkers read the organization's tables but never call its predicates
-(``checkpoint.is_complete``, ``conv_slab.decode_line``): they recompute everything, so a bug in
+(``checkpoints.is_complete``, ``placement.decode_line``): they recompute everything, so a bug in
 those predicates cannot hide itself. :class:`DebugOrganization` wraps any organization and runs
 every check after every mutating call, plus two transient checks through pool watchers.
 """
@@ -28,11 +28,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from enum import Enum
 
-from hybridmem.cached_org import Block, CachedOrganization
-from hybridmem.checkpoint import Checkpoint, ConvPlacement
-from hybridmem.conv_slab import NO_LINE
 from hybridmem.events import StateKind
-from hybridmem.org_interface import (
+from hybridmem.memory.blocks import Block
+from hybridmem.memory.checkpoints import Checkpoint
+from hybridmem.memory.interface import (
     AllocationResult,
     Held,
     LookupResult,
@@ -40,7 +39,9 @@ from hybridmem.org_interface import (
     Organization,
     PinDecision,
 )
-from hybridmem.page_pool import PagePool
+from hybridmem.memory.organization import MemoryOrganization
+from hybridmem.memory.placement import NO_LINE, ConvPlacement
+from hybridmem.memory.pool import PagePool
 
 ACTIONS = {"reclaim": "reclaimed for reuse", "take": "reassigned"}
 
@@ -72,9 +73,9 @@ def _blk_name(blk: Block) -> str:
 
 
 class Checker:
-    """All checks for one organization (works on every :class:`CachedOrganization`)."""
+    """All checks for one organization (works on every :class:`MemoryOrganization`)."""
 
-    def __init__(self, org: CachedOrganization) -> None:
+    def __init__(self, org: MemoryOrganization) -> None:
         self.org = org
         self.adopting: set[tuple[str, int]] = set()  # (pool, page) of an adoption in flight
         self._on_page: dict[tuple[str, int], list[object]] | None = None  # built at first take
@@ -90,9 +91,9 @@ class Checker:
         """Pages carrying the conv state of ``ck`` (computed here, not by the organization)."""
         if ck.conv < 0:
             return []
-        if self.org.placement == ConvPlacement.INSIDE:
+        if self.org.placement.kind == ConvPlacement.INSIDE:
             return []
-        if self.org.placement == ConvPlacement.PAGE:
+        if self.org.placement.kind == ConvPlacement.PAGE:
             return [ck.conv]
         return [ck.conv // self._slots()]
 
@@ -113,7 +114,7 @@ class Checker:
         if ck.conv < 0:
             raise InvariantViolation(Invariant.COMPLETE_CHECKPOINT, f"conv {ck.conv}",
                                      _ck_name(ck), f"{where}: conv state absent")
-        if org.placement == ConvPlacement.INSIDE and ck.conv != ck.members[0]:
+        if org.placement.kind == ConvPlacement.INSIDE and ck.conv != ck.members[0]:
             raise InvariantViolation(Invariant.COMPLETE_CHECKPOINT, f"conv {ck.conv}",
                                      _ck_name(ck), f"{where}: conv not inside member 0")
 
@@ -126,9 +127,9 @@ class Checker:
             self.check_complete(ck, "discoverable")
             for p in ck.members:
                 self._check_owned(self.rpool, p, ck, "SSM member")
-            if org.placement == ConvPlacement.PAGE:
+            if org.placement.kind == ConvPlacement.PAGE:
                 self._check_owned(self.rpool, ck.conv, ck, "conv page")
-            elif org.placement == ConvPlacement.SLOT:
+            elif org.placement.kind == ConvPlacement.SLOT:
                 page = ck.conv // self._slots()
                 if self.rpool.is_free(page) or org.owner[self.rpool.name][page] != "slab":
                     raise InvariantViolation(
@@ -158,7 +159,8 @@ class Checker:
                 want[blk.pool.name, blk.page] = want.get((blk.pool.name, blk.page), 0) + 1
             for ck in req.ckpts.values():
                 self.check_complete(ck, f"held by {rid}")
-                for p in ck.members + ([ck.conv] if org.placement == ConvPlacement.PAGE else []):
+                own_page = org.placement.kind == ConvPlacement.PAGE
+                for p in ck.members + ([ck.conv] if own_page else []):
                     if org.owner[self.rpool.name][p] is not ck:
                         raise InvariantViolation(
                             Invariant.PROTECTED_ACCESS, f"{self.rpool.name} page {p}",
@@ -191,7 +193,7 @@ class Checker:
 
     def check_locations(self) -> None:
         org = self.org
-        if org.placement != ConvPlacement.SLOT:
+        if org.placement.kind != ConvPlacement.SLOT:
             for ck in org.live_ckpts.values():
                 if ck.conv < 0 and ck.conv != NO_LINE:
                     raise InvariantViolation(Invariant.VALID_LOCATION, f"conv {ck.conv}",
@@ -308,7 +310,7 @@ def _describe(owner: object) -> str:
 class DebugOrganization(Organization):
     """Wraps an organization; runs every invariant check after each mutating call."""
 
-    def __init__(self, org: CachedOrganization) -> None:
+    def __init__(self, org: MemoryOrganization) -> None:
         self.inner = org
         self.checker = Checker(org)
         self.name = org.name

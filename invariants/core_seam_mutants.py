@@ -3,8 +3,9 @@
 The memory-core set patches exact source text, so any edit of the text breaks it. The same bugs
 named by behaviour at a seam -- a method of the organization and an operator identified by what
 it touches -- survive edits of the surrounding code and a move of the method to another module
-(only :class:`~invariants.seams.Seam`'s module changes). Six of them, run on the same state
-machines and settings as the text set; both forms must be killed::
+(only the :class:`~invariants.seams.Seam` changes: the pin rules moved from the old core's
+``preempt`` to ``Policy._pin_on_preemption`` with every operator intact). Six of them, run on
+the same state machines and settings as the text set; both forms must be killed::
 
     PYTHONPATH=. python -m invariants.core_seam_mutants
 """
@@ -29,27 +30,28 @@ from invariants.seams import (
 )
 from invariants.stateful import MACHINES
 
-CO = "hybridmem.cached_org"
+POLICY = "hybridmem.memory.policy"
+RECLAIM = "hybridmem.memory.reclaim"
 
 
-def _m(name: str, qualname: str, change: object, why: str) -> SeamMutant:
-    return SeamMutant(name, "memory-core", Seam(CO, f"CachedOrganization.{qualname}"),
-                      change, why)  # type: ignore[arg-type]
+def _m(name: str, module: str, qualname: str, change: object, why: str) -> SeamMutant:
+    return SeamMutant(name, "memory-core", Seam(module, qualname), change,
+                      why)  # type: ignore[arg-type]
 
 
 # each name is the text mutant's in invariants/mutants.py
 CORE_MUTANTS = [
-    _m("pin-budget-off-by-one", "preempt", FlipCompare("<", "<=", touches="pin_budget"),
+    _m("pin-budget-off-by-one", POLICY, "Policy._pin_on_preemption", FlipCompare("<", "<=", touches="pin_budget"),
        "one pin more than the budget"),
-    _m("pin-threshold-strict", "preempt", FlipCompare(">=", ">", touches="pin_k"),
+    _m("pin-threshold-strict", POLICY, "Policy._pin_on_preemption", FlipCompare(">=", ">", touches="pin_k"),
        "a checkpoint with exactly pin_k requesters is not pinned"),
-    _m("pin-shallowest", "preempt", ReplaceName("max", "min"),
+    _m("pin-shallowest", POLICY, "Policy._pin_on_preemption", ReplaceName("max", "min"),
        "the shallowest published checkpoint is pinned instead of the deepest"),
-    _m("unpin-others", "_unpin_owned", FlipCompare("==", "!=", touches="owner"),
+    _m("unpin-others", POLICY, "Policy._unpin_owned", FlipCompare("==", "!=", touches="owner"),
        "a request releases every pin but its own"),
-    _m("demand-kept-after-loss", "_lose_ckpt", DropCall("pop", touches="demand"),
+    _m("demand-kept-after-loss", RECLAIM, "Reclaim._lose_ckpt", DropCall("pop", touches="demand"),
        "a lost checkpoint's requesters still count towards the next one with its key"),
-    _m("pinned-checkpoint-forgotten-on-loss", "_lose_ckpt",
+    _m("pinned-checkpoint-forgotten-on-loss", RECLAIM, "Reclaim._lose_ckpt",
        AlwaysTrue("pins", value=False), "a pinned checkpoint that loses its key is freed"),
 ]
 

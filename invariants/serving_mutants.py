@@ -18,11 +18,11 @@ The slow test ``tests/invariants/test_serving_mutants.py::test_serving_mutation_
 whole set and requires >= 95% of the non-equivalent mutants killed; a few run in-process in the
 default suite.
 
-Seams that other work is expected to move: the KV manager's admission arithmetic
-(``OrgKVCacheManager._admission`` / ``._fits``) is headed into the organization; when it moves,
-the ``admission-*`` mutants raise :class:`~invariants.seams.SeamGone` (``--check`` and the fast
-test say so) and are retargeted at the organization's admission method: their tests drive the
-manager's public calls and a reference model of the admission rule, so they stay valid.
+The ``admission-*`` mutants sit in the organization (``MemoryOrganization.admission`` / ``fits``
+/ ``ckpts_after``: the paper's admission rule, which the KV manager calls); their tests drive the
+manager's public calls against a reference model of the rule, so they do not depend on where
+the rule lives. A seam that moves raises :class:`~invariants.seams.SeamGone` (``--check`` and
+the fast test say which).
 """
 
 from __future__ import annotations
@@ -60,10 +60,11 @@ ENV = "HYBRIDMEM_SEAM_MUTANT"
 MGR = "hybridmem.vllm_plugin.org_manager"
 ST = "hybridmem.vllm_plugin.state_table"
 RES = "hybridmem.vllm_plugin.resident"
-STO = "hybridmem.vllm_plugin.org_storage"
+STO = "hybridmem.vllm_plugin.layer_store"
 BND = "hybridmem.vllm_plugin.boundary_export"
 FLT = "hybridmem.vllm_plugin.faults"
 SCH = "hybridmem.vllm_plugin.org_scheduler"
+ORG = "hybridmem.memory.organization"  # the paper's admission rule lives in the organization
 
 # the fast test files that must kill each cluster's mutants
 T_MANAGER = ("tests/engines/test_org_manager.py", "tests/engines/test_org_manager_model.py")
@@ -139,22 +140,22 @@ MUTANTS: list[SeamMutant] = [
        FlipCompare(">", "<"), "tokens added since the last call never reach the organization",
        T_MANAGER),
     # -- KV manager: admission (need + H <= available) ---------------------------------------------
-    _m("admission-forgets-recurrent-taking", "admission", MGR, "OrgKVCacheManager._admission",
+    _m("admission-forgets-recurrent-taking", "admission", ORG, "MemoryOrganization.admission",
        ReplaceName("taken_r", "0", every=True),
        "units the hit's checkpoint takes out of the reclaimable set still count as available",
        T_MANAGER),
-    _m("admission-forgets-attention-taking", "admission", MGR, "OrgKVCacheManager._admission",
+    _m("admission-forgets-attention-taking", "admission", ORG, "MemoryOrganization.admission",
        ReplaceName("taken_a", "0", every=True),
        "cached blocks the hit adopts still count as available", T_MANAGER),
-    _m("admission-ignores-headroom", "admission", MGR, "OrgKVCacheManager._fits",
+    _m("admission-ignores-headroom", "admission", ORG, "MemoryOrganization.fits",
        ReplaceName("ha", "0", every=True), "the attention headroom H is not reserved",
        T_MANAGER),
-    _m("admission-ignores-recurrent-units", "admission", MGR, "OrgKVCacheManager._fits",
+    _m("admission-ignores-recurrent-units", "admission", ORG, "MemoryOrganization.fits",
        ReplaceName("units", "0", every=True),
        "the checkpoints the request will write are not counted", T_MANAGER),
-    _m("admission-strict-fit", "admission", MGR, "OrgKVCacheManager._fits",
+    _m("admission-strict-fit", "admission", ORG, "MemoryOrganization.fits",
        FlipCompare("<=", "<", every=True), "need + H == available is refused", T_MANAGER),
-    _m("admission-one-checkpoint-short", "admission", MGR, "OrgKVCacheManager._ckpts_after",
+    _m("admission-one-checkpoint-short", "admission", ORG, "MemoryOrganization.ckpts_after",
        ReplaceConst(1, 0), "the checkpoint at the last boundary is not counted", T_MANAGER),
     _m("full-sequence-gate-ignored", "admission", MGR, "OrgKVCacheManager.allocate_slots",
        Negate("full_sequence_must_fit"), "vLLM's whole-sequence gate is inverted", T_MANAGER),

@@ -38,13 +38,13 @@ from hypothesis.stateful import (
     rule,
 )
 
-from hybridmem.cached_org import CachedOrganization
 from hybridmem.events import Cause, Event, EventKind, Outcome, RecordingObserver, StateKind
 from hybridmem.geometry import PRESETS, Geometry, ceil_div
-from hybridmem.hashing import extra_keys, hash_chain
-from hybridmem.org_interface import LookupResult
-from hybridmem.organization import build
-from hybridmem.storage import bytes_d0_pools, bytes_s0, bytes_s1, bytes_s2
+from hybridmem.memory.interface import LookupResult
+from hybridmem.memory.keys import extra_keys, hash_chain
+from hybridmem.memory.layouts import build
+from hybridmem.memory.organization import MemoryOrganization
+from hybridmem.storage_cost import bytes_d0_pools, bytes_s0, bytes_s1, bytes_s2
 from hybridmem.units import Units, derive_units
 from invariants.checkers import DebugOrganization
 from invariants.draws import integers
@@ -66,7 +66,7 @@ def context_tokens(ctx: int, length: int) -> list[int]:
     return list(_context(ctx, max(length, 3 * UNITS.d0_interval_tokens))[:length])
 
 
-def expected_bytes(org: CachedOrganization, units: Units) -> int:
+def expected_bytes(org: MemoryOrganization, units: Units) -> int:
     """SPEC §3 storage formula for what ``org`` holds (S2 with its actual slab count)."""
     xa, xr, m = org.held()
     if org.name == "S0":
@@ -89,7 +89,7 @@ class OrganizationMachine(RuleBasedStateMachine):
         super().__init__()
         self.obs = RecordingObserver()
         self.debug: DebugOrganization | None = None
-        self.org: CachedOrganization | None = None
+        self.org: MemoryOrganization | None = None
         self.model = Model(1, 1, None, None, False, True)
         self.tokens: dict[str, list[int]] = {}
         self.salts: dict[str, str | None] = {}

@@ -7,6 +7,7 @@ replay, as text (Tables C-2 and G-3 style), as JSON, and as a plot.
 
 from __future__ import annotations
 
+import textwrap
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -203,45 +204,70 @@ def format_text(rep: RunReport) -> str:
     return "\n".join(out)
 
 
+# marker area per episode in the J_enter vs J_adopt scatter (points^2): area = MARKER_AREA * n
+MARKER_AREA = 12.0
+
+
 def plot(reports: Sequence[RunReport], out_png: str) -> None:
     """Class bars per run (INITIAL and RESUME stacked per class) and a J_enter vs J_adopt
-    scatter of every classified episode, coloured by class."""
+    scatter of every classified episode, coloured by class, marker area proportional to the
+    episodes at that point; titled with the runs' conditions (:mod:`tracer.conditions`)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+
+    from tracer.conditions import describe_runs
 
     colours = dict(zip(CLASSES, ("#9e9e9e", "#2e7d32", "#1565c0", "#6a1b9a", "#c62828"),
                        strict=True))
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 5.2))
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 5.6))
     width = 0.8 / max(1, len(reports))
+    tallest = 0
     for i, rep in enumerate(reports):
         xs = [k + i * width for k in range(len(CLASSES))]
         ini = [rep.classes["INITIAL"][c][0] for c in CLASSES]
         res = [rep.classes["RESUME"][c][0] for c in CLASSES]
+        tallest = max([tallest, *(a + b for a, b in zip(ini, res, strict=True))])
         label = f"{rep.run.meta.organization}: {rep.run.path.rsplit('/', 1)[-1]}"
         bars = ax1.bar(xs, ini, width, label=f"{label} INITIAL")
         ax1.bar(xs, res, width, bottom=ini, color=bars.patches[0].get_facecolor(), alpha=0.45,
                 hatch="//", label=f"{label} RESUME")
     ax1.set_xticks([k + width * (len(reports) - 1) / 2 for k in range(len(CLASSES))])
     ax1.set_xticklabels(CLASSES, rotation=15)
+    # head room above the tallest stack, so neither it nor the legend above it is cut
+    ax1.set_ylim(0, max(1, tallest) * (1.12 + 0.06 * len(reports)))
     ax1.set_ylabel("episodes")
-    ax1.set_title("depth classes per run")
-    ax1.legend(fontsize=7)
-    top = 1
+    ax1.set_title("depth classes per run (INITIAL solid, RESUME hatched on top)", fontsize=9)
+    ax1.legend(fontsize=7, loc="upper right")
+    top, biggest = 1, 1
     for c in CLASSES:
         pts = Counter((e, a) for rep in reports for e, a, k in rep.points if k == c)
         if pts:
             top = max(top, max(max(p) for p in pts))
-            # depths sit on the grid, so episodes coincide: the marker area shows how many
+            biggest = max(biggest, max(pts.values()))
+            # depths sit on the grid, so episodes coincide: the marker area counts them
             ax2.scatter([p[0] for p in pts], [p[1] for p in pts],
-                        s=[10 + 6 * n ** 0.5 for n in pts.values()], alpha=0.55,
-                        color=colours[c], label=f"{c} ({sum(pts.values())})")
+                        s=[MARKER_AREA * n for n in pts.values()], alpha=0.55,
+                        color=colours[c], label=f"{c} ({sum(pts.values())} episodes)")
     ax2.plot([0, top], [0, top], color="black", lw=0.8, ls="--")
+    ax2.margins(0.08)
     ax2.set_xlabel("J_enter (tokens)")
     ax2.set_ylabel("J_adopt (tokens)")
-    ax2.set_title("entry versus adopted joint depth (marker area ~ episodes)")
-    ax2.legend(fontsize=8)
+    ax2.set_title("entry versus adopted joint depth; marker area proportional to episodes",
+                  fontsize=9)
+    sizes = sorted({1, max(1, biggest // 2), biggest})
+    keys = [Line2D([], [], ls="", marker="o", color="grey", alpha=0.55,
+                   markersize=(MARKER_AREA * n) ** 0.5, label=f"{n} episode{'s' * (n > 1)}")
+            for n in sizes]
+    # class entries at one size (colour says the class), then the size key
+    handles = [Line2D([], [], ls="", marker="o", color=h.get_facecolor()[0], alpha=0.55,
+                      markersize=6, label=lab)
+               for h, lab in zip(*ax2.get_legend_handles_labels(), strict=True)]
+    ax2.legend(handles=[*handles, *keys], fontsize=7, loc="upper left", labelspacing=1.2)
+    fig.suptitle(textwrap.fill(describe_runs([rep.run.meta.as_json() for rep in reports]), 140),
+                 fontsize=9)
     fig.tight_layout()
     fig.savefig(out_png, dpi=110)
     plt.close(fig)

@@ -94,3 +94,19 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
             pytest.skip("needs a CUDA device")
     if HAVE_VLLM and "vllm" in item.keywords:
         _inspect_model_classes_in_process()
+
+
+@pytest.fixture(scope="session")
+def sim_traces(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """Two small traced simulations (S2 and D0, 20 requests, seed 0, b63, a100-40gb): real
+    traces for the lineage, occupancy and timeline tests (~10 s once: the first imports vLLM's
+    scheduler; tests that use it are marked ``vllm``)."""
+    from hybridmem.sim.run import SimConfig, run_sim
+
+    os.environ.pop("HYBRIDMEM_TRACE", None)
+    out: dict[str, str] = {}
+    for org in ("S2", "D0"):
+        d = tmp_path_factory.mktemp(f"sim-{org}")
+        r = run_sim(SimConfig(org=org, requests=20, out=d, trace_dir=d / "trace"))
+        out[org] = str(r.summary["trace_path"])
+    return out

@@ -1,4 +1,4 @@
-"""Bad-input sweep over every subcommand (issue 14, item 1): each case must exit 2 with exactly
+"""Bad-input sweep over every subcommand: each case must exit 2 with exactly
 one line on stderr and no traceback, in-process through ``hybridmem.cli.main.main``.
 
 ``vllm`` is made unimportable for the whole sweep, so a ``run``/``demo``/``model`` case that got
@@ -550,6 +550,16 @@ def _later_cases(add: Any) -> None:
     add("lineage-query-replay", "lineage", "query", "{parquet}", "--sql", "SELECT 1",
         "--replay", "all")
     add("lineage-views-json", "lineage", "views", "--json")
+    add("lineage-query-occupancy", "lineage", "query", "{parquet}", "--sql", "SELECT 1",
+        "--occupancy", "{out}/o.png")
+    add("lineage-occupancy-onto-input", "lineage", "{parquet}", "--occupancy", "{parquet}")
+    add("lineage-occupancy-same-as-plot", "lineage", "{parquet}", "--occupancy", "{out}/p.png",
+        "--plot", "{out}/p.png")
+    add("lineage-query-twice", "lineage", "query", "{parquet}", "{parquet}", "--sql", "SELECT 1")
+    add("stats-contrast-folder-no-metric", "stats", "contrast", "{out}", "--num", "a",
+        "--den", "b")
+    add("stats-contrast-metric-no-campaign", "stats", "contrast", "{out}/none", "--metric",
+        "throughput_tok_s", "--num", "S2", "--den", "D0")
     add("lineage-import-replay", "lineage", "import-vllm", "{kv_nostore}", "{out}/i.parquet",
         "--replay", "all")
     add("lineage-import-many-hashes", "lineage", "import-vllm", "{kv_manyhashes}",

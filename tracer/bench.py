@@ -30,7 +30,7 @@ one of each per round, so every figure of a round saw the same machine load:
 * ``ns_per_event_disabled_guard``: ``if writer.enabled: ...`` at the call site;
 * ``ns_per_event_disabled_call_site``: the guard as the organizations' hot call sites pay it
   (``if self._emitting:`` on an instance attribute, before any Event or field dict is built:
-  publication, release, loss, allocation in ``hybridmem/cached_org.py``): the disabled cost
+  publication, release, loss, allocation in ``hybridmem/memory/organization.py``): the disabled cost
   a traced run's call sites actually pay;
 * ``*_net``: the same minus ``ns_loop_overhead`` (the ``for`` loop alone; each term the fastest
   of its rounds), i.e. the cost per event the disabled path adds to the caller's own loop.
@@ -88,7 +88,7 @@ def floor_loop(events: Sequence[Event]) -> tuple[int, int]:
     return _clock() - t0, time.thread_time_ns() - c0
 
 class _CallSite:
-    """An emitter shaped like the organizations (``CachedOrganization``): its observer is the
+    """An emitter shaped like the organizations (``MemoryOrganization``): its observer is the
     disabled writer and ``_emitting`` is the instance flag its hot call sites test."""
 
     def __init__(self) -> None:

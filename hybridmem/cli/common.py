@@ -27,6 +27,19 @@ def model_units(args: argparse.Namespace) -> tuple[Geometry, Units]:
     return geo, derive_units(geo) if grid is None else derive_units(geo, grid)
 
 
+TOTAL_HELP = ("whole-cache bytes, all layers together, e.g. 12GiB (as vLLM's "
+              "--kv-cache-memory-bytes); split per layer so no organization exceeds it")
+
+
+def total_label(args: argparse.Namespace) -> None:
+    """``--total SIZE`` as the budget text ``total SIZE`` in ``args.budget`` (read back by
+    :func:`hybridmem.budget.parse_budget`, so a run checks a total where it checks a budget)."""
+    if getattr(args, "total", None) is not None:
+        from hybridmem.budget import TOTAL_PREFIX
+
+        args.budget = TOTAL_PREFIX + str(args.total).strip()
+
+
 def print_json(obj: Any) -> None:
     print(json.dumps(obj, indent=None, sort_keys=False))
 

@@ -29,6 +29,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0, metavar="S", help="case and engine seed")
     p.add_argument("--cases-file", type=Path, default=None, metavar="FILE",
                    help="JSON lines {prompt, boundary, max_tokens} instead of seeded cases")
+    p.add_argument("--edges", action="store_true",
+                   help="seeded cases at exact block boundaries instead of random lengths: "
+                   "boundary at L - 1, prompt a multiple of the block, prompt ending mid-block")
     p.add_argument("--max-tokens", type=int, default=16, metavar="T",
                    help="greedy tokens per seeded case (default 16)")
     p.add_argument("--fault", default=None, metavar="NAME",
@@ -60,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
                       cases=args.cases, seed=args.seed, fault=args.fault,
                       cases_file=args.cases_file, max_tokens=args.max_tokens,
                       progress=not args.quiet, budget=args.budget,
-                      attention_fraction=args.attention_fraction)
+                      attention_fraction=args.attention_fraction, edges=args.edges)
     cfg.check()
     # vLLM's own handlers would log to stdout: its records go to OUT/engine.log instead, so
     # stdout carries only this command's output (--json stays parseable)

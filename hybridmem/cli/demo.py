@@ -6,11 +6,19 @@
    Mamba state at S2's addresses on the model's 64-token grid): Poisson arrivals over eight
    shared contexts at a small budget, so that allocation pressure reclaims cached prefixes.
 3. The trace's verdict, the run summary, and the lineage report of S2's own trace (entry versus
-   adopted joint depth per episode, loss attribution, SQL versus scalar replay), with plots.
+   adopted joint depth per episode, loss attribution, SQL versus scalar replay), with plots
+   (lineage classes and depths, pool occupancy over engine steps, latency).
 4. S0, S1, S2 and D0 side by side on one short workload at one small budget: completed requests,
-   throughput, preemptions, prefix-hit tokens, losses by cause, mean J_adopt (a table and a plot).
+   throughput, preemptions, prefix-hit tokens, losses by cause, mean J_adopt over INITIAL
+   episodes (a table and a plot).
 
-Every figure printed is measured by this command.
+Both serving parts submit requests by engine step (the Poisson schedule at ``STEP_S`` seconds per
+step), not by wall clock, so what the engine meets in each step, and every count that follows
+(episodes, reuse, losses, preemptions, prefix hits), is the same on a quiet or a loaded machine.
+Times (throughput, TTFT, E2E) are this CPU's wall clock: the side-by-side table is a CPU
+wall-clock illustration of the organizations, not a measurement of them (``hybridmem sim`` and
+``hybridmem campaign`` compare them in simulated GPU time). Every figure printed is measured by
+this command.
 """
 
 from __future__ import annotations
@@ -29,6 +37,8 @@ from hybridmem.cli.summary_text import format_summary
 from hybridmem.errors import HybridMemError
 from hybridmem.geometry import load_geometry
 from hybridmem.units import derive_units
+
+STEP_S = 0.02  # seconds of the Poisson schedule per engine step (arrivals by step)
 
 HELP = ("budget plans for Falcon-H1-7B, then a short traced vLLM run with its trace verdict, "
         "summary and lineage report")
@@ -59,7 +69,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def _latency_plot(results: Path, out_png: Path) -> None:
+def _latency_plot(results: Path, out_png: Path, title: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -70,11 +80,13 @@ def _latency_plot(results: Path, out_png: Path) -> None:
     fig, ax = plt.subplots(1, 2, figsize=(10, 3.6))
     ax[0].scatter(t["arrival_s"], t["ttft_s"], s=10, label="TTFT")
     ax[0].scatter(t["arrival_s"], t["e2e_s"], s=10, label="E2E")
-    ax[0].set(xlabel="arrival (s)", ylabel="seconds", title="latency per request")
+    ax[0].set(xlabel="submission (s, wall clock)", ylabel="seconds (wall clock)",
+              title="latency per request")
     ax[0].legend()
     ax[1].scatter(t["input_tokens"], t["cached_tokens"], s=10)
     ax[1].set(xlabel="prompt tokens", ylabel="prefix-hit tokens",
               title="prefix reuse per request")
+    fig.suptitle(title, fontsize=8)
     fig.tight_layout()
     fig.savefig(out_png, dpi=110)
     plt.close(fig)
@@ -93,13 +105,15 @@ def run(args: argparse.Namespace) -> int:
     except ImportError as exc:
         raise HybridMemError(f"{exc.name} is not installed; `make demo` installs the locked "
                              "CPU vLLM set (see hybridmem/engines/README.md)") from None
+    from lineage.occupancy import plot_occupancy
     from lineage.report import analyse, format_text, plot
     from lineage.source import open_run
+    from tracer.conditions import describe
 
     out = Path(args.out)
     cfg = RunConfig(model="tiny", requests=args.requests, rate=args.rate, share=args.share,
                     seed=args.seed, cap=8, trace_dir=out / "trace", out=out, org="S2",
-                    budget=args.budget)
+                    budget=args.budget, arrivals="step", step_s=STEP_S)
     try:
         cfg.check()
         if not 0 <= args.compare_requests <= 1000:
@@ -108,7 +122,9 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise HybridMemError(str(exc)) from None
     print(f"\n== 2. Traced run served by S2: tiny Falcon-H1, {args.requests} requests at "
-          f"{args.rate:g}/s, q={args.share:g}, cap 8, budget {args.budget} ==", flush=True)
+          f"{args.rate:g}/s, q={args.share:g}, cap 8, budget {args.budget}; arrivals by engine "
+          f"step ({STEP_S * 1000:g} ms of the schedule a step), times on this CPU's wall clock "
+          "==", flush=True)
     result = run_serving(cfg, progress=True)
     s: dict[str, Any] = result.summary
     verdict = s["trace_verdict"] or {}
@@ -119,24 +135,29 @@ def run(args: argparse.Namespace) -> int:
     st = s.get("state_storage") or {}
     print(f"state storage: {st.get('arena')} arena, {st.get('members')} SSM member pages of "
           f"{st.get('page_bytes')} B, conv {st.get('conv')} ({st.get('slots_per_slab')} per slab)")
+    run_ = open_run(s["trace_path"])
     latency_png = out / "latency.png"
-    _latency_plot(result.results_path, latency_png)
+    _latency_plot(result.results_path, latency_png, describe(run_.meta.as_json()))
 
     print("\n== 3. Lineage of S2's trace ==", flush=True)
-    report = analyse(open_run(s["trace_path"]))
+    report = analyse(run_)
     print(format_text(report))
     lineage_png = out / "lineage.png"
     plot([report], str(lineage_png))
+    occupancy_png = out / "occupancy.png"
+    plot_occupancy([run_], str(occupancy_png))
     accepted = bool(verdict.get("accepted"))
     written = [result.results_path, result.summary_path, result.manifest_path, latency_png,
-               lineage_png]
+               lineage_png, occupancy_png]
     if args.compare_requests:
         from hybridmem.engines.org_compare import compare_orgs
 
         print(f"\n== 4. S0, S1, S2, D0 side by side: {args.compare_requests} requests at "
-              f"{args.rate:g}/s, q={args.share:g}, budget {args.compare_budget} ==", flush=True)
+              f"{args.rate:g}/s, q={args.share:g}, budget {args.compare_budget}; arrivals by "
+              "engine step; a CPU wall-clock illustration (tok/s measures this machine; the "
+              "counts repeat on any machine) ==", flush=True)
         ok, png = compare_orgs(out / "compare", args.compare_requests, args.share, args.seed,
-                               args.compare_budget, rate=args.rate)
+                               args.compare_budget, rate=args.rate, arrivals="step")
         accepted = accepted and ok
         written.append(png)
     print("\nwrote " + ", ".join(str(w) for w in written))

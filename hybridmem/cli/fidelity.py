@@ -52,8 +52,27 @@ def format_result(r: FidelityResult) -> str:
     return "\n".join(lines)
 
 
-def plot_result(r: FidelityResult, out_png: Path) -> None:
-    """Per-seed effects as points, the mean with its interval, the +-bound band."""
+def _conditions(on_dir: str) -> str:
+    """The first ON run's conditions from its summary.json (figure title), or ''."""
+    import json
+
+    from tracer.conditions import describe, summary_meta
+
+    try:
+        summary = json.loads((Path(on_dir) / "summary.json").read_text())
+    except (OSError, ValueError):
+        return ""
+    if not isinstance(summary, dict):
+        return ""
+    import re
+
+    # one seed per pair: the x axis names them, the title the rest
+    return re.sub(r", seed [^ |,]+", ", seeds on the x axis", describe(summary_meta(summary)))
+
+
+def plot_result(r: FidelityResult, out_png: Path, conditions: str = "") -> None:
+    """Per-seed effects as points, the mean with its interval, the +-bound band; the title
+    names ``conditions`` (the runs' organization, budget, requests, clock) when given."""
     try:
         import matplotlib
     except ImportError:
@@ -76,6 +95,10 @@ def plot_result(r: FidelityResult, out_png: Path) -> None:
     ax.set(xlabel="seed", ylabel="log points (~%)",
            title=f"trace probe effect on {r.metric}: {'PASS' if r.passed else 'FAIL'}")
     ax.legend(fontsize=7, loc="best")
+    if conditions:
+        import textwrap
+
+        fig.suptitle(textwrap.fill(conditions, 110), fontsize=7)
     fig.tight_layout()
     try:
         fig.savefig(out_png, dpi=110)
@@ -93,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
         print(format_result(result))
     if args.plot is not None:
         with atomic_output(args.plot, [*args.on, *args.off], "--plot") as tmp:
-            plot_result(result, tmp)
+            plot_result(result, tmp, _conditions(args.on[0]))
         if not args.json:
             print(f"plot: {args.plot}")
     return 0 if result.passed else 1

@@ -1,7 +1,8 @@
 """``hybridmem lineage``: entry and adopted joint depth per episode, depth classes, attribution.
 
     hybridmem lineage PATH... [--json] [--allow-unverified] [--plot OUT.png]
-    hybridmem lineage query PATH --sql "SELECT ..."
+                              [--occupancy OUT.png]
+    hybridmem lineage query PATH... --sql "SELECT ..."
     hybridmem lineage views
     hybridmem lineage import-vllm STREAM.msgpack OUT.parquet [--block-size N]
 
@@ -17,7 +18,7 @@ import sys
 
 from hybridmem.cli.common import count, out_path, real
 from hybridmem.errors import HybridMemError
-from hybridmem.outputs import atomic_output, check_output
+from hybridmem.outputs import atomic_output, check_output, same_file
 
 MAX_SQL_CHARS = 100_000
 
@@ -28,12 +29,15 @@ DESCRIPTION = HELP + """.
 
 forms:
   hybridmem lineage PATH... [--json] [--allow-unverified] [--plot OUT.png]
+                            [--occupancy OUT.png]
       per run: class counts and fractions, mean J_adopt / R_max / A_max with the M0/M1
       bracket, attribution k/n, publication/loss totals, SQL vs replay agreement. PATH is a
       binary trace (verified first) or an exported .parquet event table.
-  hybridmem lineage query PATH --sql "SELECT ..." [--allow-files] [--timeout S]
+  hybridmem lineage query PATH... --sql "SELECT ..." [--allow-files] [--timeout S]
       run one read-only SQL statement (SELECT / EXPLAIN) over PATH's events and the lineage
-      views it names (each created with the views it reads); no file, URL or extension
+      views it names (each created with the views it reads). With several PATHs every named
+      view (and events) holds all runs' rows, led by two columns: run (the PATH) and
+      organization, so one statement compares organizations; no file, URL or extension
       access from SQL unless --allow-files (which also permits COPY ... TO), a statement
       timeout (60 s) and a memory limit (2GB).
   hybridmem lineage views
@@ -57,6 +61,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--plot", type=out_path((".png", ".pdf", ".svg")), metavar="OUT.png",
                    default=None,
                    help="write class bars per run and a J_enter vs J_adopt scatter")
+    p.add_argument("--occupancy", type=out_path((".png", ".pdf", ".svg")), metavar="OUT.png",
+                   default=None,
+                   help="write each run's pool occupancy over engine steps (units in use and "
+                   "available at every successful allocation)")
     p.add_argument("--sql", metavar="SQL", default=None, help="the statement for 'query'")
     p.add_argument("--allow-files", action="store_true",
                    help="'query': let the statement read and write files (COPY ... TO, "
@@ -96,22 +104,32 @@ def _query(args: argparse.Namespace) -> int:
     from lineage.source import open_run
     from lineage.views import connect, mentioned
 
-    if len(args.args) != 2:
-        raise HybridMemError(f"'query' takes exactly one PATH, got {args.args[1:]}")
+    paths = args.args[1:]
+    if not paths:
+        raise HybridMemError("'query' takes at least one PATH")
     if args.sql is None:
         raise HybridMemError("'query' needs --sql \"SELECT ...\"")
     if len(args.sql) > MAX_SQL_CHARS:
         raise HybridMemError(f"--sql is {len(args.sql):,} characters, over {MAX_SQL_CHARS:,}")
-    run_ = open_run(args.args[1], allow_unverified=args.allow_unverified)
-    # Only the views the statement names, and what they read (binding all of them cost ~2.5
-    # s), with the heavy ones among those computed once into tables: planning a public view
-    # over the nested SQL cost 2-4 CPU-s even on a 4-event table, ~0.01 over the tables.
-    con = connect(run_.table, run_.meta, source=run_.path, only=mentioned(args.sql),
-                  materialize=True)
-    con.execute("SET preserve_insertion_order = true")  # the statement's own rows in order
+    for i, p in enumerate(paths):
+        if any(same_file(p, q) for q in paths[:i]):
+            raise HybridMemError(f"'query': {p!r} is given twice")
+    runs = [open_run(p, allow_unverified=args.allow_unverified) for p in paths]
+    if len(runs) == 1:
+        # Only the views the statement names, and what they read (binding all of them cost
+        # ~2.5 s), with the heavy ones among those computed once into tables: planning a
+        # public view over the nested SQL cost 2-4 CPU-s even on a 4-event table, ~0.01 over
+        # the tables.
+        con = connect(runs[0].table, runs[0].meta, source=runs[0].path,
+                      only=mentioned(args.sql), materialize=True)
+        con.execute("SET preserve_insertion_order = true")  # the statement's rows in order
+    else:
+        from lineage.multirun import connect_runs
+
+        con = connect_runs(runs, args.sql)
     try:
         result = run_query(con, args.sql, allow_files=args.allow_files, timeout_s=args.timeout,
-                           memory_limit=args.memory_limit, inputs=[run_.path])
+                           memory_limit=args.memory_limit, inputs=[r.path for r in runs])
         try:
             if args.json:
                 for row in result.rows:
@@ -153,11 +171,17 @@ def _report(args: argparse.Namespace) -> int:
 
     if not args.args:
         raise HybridMemError("give at least one PATH (or 'query' / 'views' / 'import-vllm')")
-    if args.plot:
-        check_output(args.plot, args.args, "--plot")
+    for flag, out in (("--plot", args.plot), ("--occupancy", args.occupancy)):
+        if out:
+            check_output(out, args.args, flag)
+    if args.plot and args.occupancy and same_file(args.plot, args.occupancy):
+        raise HybridMemError("--plot and --occupancy name the same file")
     replay_n = _replay_arg(args.replay)
     # open (and verify) every input first, so a bad one fails before any work is printed
-    runs = [open_run(path, allow_unverified=args.allow_unverified, columns=LINEAGE_COLUMNS)
+    columns: tuple[str, ...] = LINEAGE_COLUMNS
+    if args.occupancy:
+        columns += tuple(c for c in OCCUPANCY_COLUMNS if c not in LINEAGE_COLUMNS)
+    runs = [open_run(path, allow_unverified=args.allow_unverified, columns=columns)
             for path in args.args]
     reports = []
     for path, run_ in zip(args.args, runs, strict=True):
@@ -175,6 +199,12 @@ def _report(args: argparse.Namespace) -> int:
         with atomic_output(args.plot, args.args, "--plot") as tmp:
             plot(reports, str(tmp))
         _progress(f"lineage: plot written to {args.plot}")
+    if args.occupancy:
+        from lineage.occupancy import plot_occupancy
+
+        with atomic_output(args.occupancy, args.args, "--occupancy") as tmp:
+            plot_occupancy(runs, str(tmp))
+        _progress(f"lineage: occupancy written to {args.occupancy}")
     return 0 if all(r.agreement.complete for r in reports) else 1
 
 
@@ -196,12 +226,14 @@ def _replay_arg(text: str) -> int | None:
 
 # the options each form reads (dest: flag); any other option given is refused in that form,
 # never silently ignored
+OCCUPANCY_COLUMNS = ("seq", "ts_ns", "kind", "step", "state_kind", "free", "outcome")
 OPTIONS = {"json": "--json", "allow_unverified": "--allow-unverified", "plot": "--plot",
+           "occupancy": "--occupancy",
            "sql": "--sql", "allow_files": "--allow-files", "timeout": "--timeout",
            "memory_limit": "--memory-limit", "private": "--private", "replay": "--replay",
            "block_size": "--block-size"}
 FORM_OPTIONS = {
-    "report": {"json", "allow_unverified", "plot", "replay"},
+    "report": {"json", "allow_unverified", "plot", "occupancy", "replay"},
     "query": {"json", "allow_unverified", "sql", "allow_files", "timeout", "memory_limit"},
     "views": {"private"},
     "import-vllm": {"block_size"},

@@ -43,6 +43,7 @@ COMMANDS: dict[str, str] = {
     "sim": "hybridmem.cli.sim",
     "campaign": "hybridmem.cli.campaign",
     "diagnose": "hybridmem.cli.diagnose",
+    "serve": "hybridmem.cli.serve",
 }
 
 USAGE_EXIT = 2

@@ -37,8 +37,8 @@ from hybridmem.inputs import read_input_text
 
 TINY = "tiny"
 DEFAULT_ORG = "S2"
-ORG_CHOICES = ("vllm", "S0", "S1", "S2", "D0")  # == hybridmem.sim.orgs.ORGS (a test says so)
-# == hybridmem.sim.orgs.CHUNKINGS / DEFAULT_CHUNKING, spelled out so --help imports no vLLM
+ORG_CHOICES = ("vllm", "S0", "S1", "S2", "D0")  # == hybridmem.sim.schedulers.ORGS (a test says so)
+# == hybridmem.sim.schedulers.CHUNKINGS / DEFAULT_CHUNKING, spelled out so --help imports no vLLM
 CHUNKING_CHOICES = ("interval", "block", "grid512", "budget")
 DEFAULT_CHUNKING = "interval"
 

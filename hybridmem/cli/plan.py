@@ -12,7 +12,13 @@ import textwrap
 
 from hybridmem.budget import Plan, parse_budget, parse_total, plan_budget
 from hybridmem.cli import models
-from hybridmem.cli.common import add_model_args, attention_fraction, model_units, print_json
+from hybridmem.cli.common import (
+    TOTAL_HELP,
+    add_model_args,
+    attention_fraction,
+    model_units,
+    print_json,
+)
 from hybridmem.errors import HybridMemError
 
 HELP = "integer allocation of a budget under S0, S1, S2 and D0 (App. B.3)"
@@ -32,9 +38,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--budget", metavar="BUDGET",
                    help="per-layer budget: label bN (N uniform units), a byte count, or a size "
                    "such as 96MiB")
-    b.add_argument("--total", metavar="SIZE",
-                   help="whole-cache bytes, all layers together, e.g. 12GiB (as vLLM's "
-                   "--kv-cache-memory-bytes); split per layer so no organization exceeds it")
+    b.add_argument("--total", metavar="SIZE", help=TOTAL_HELP)
     p.add_argument("--attention-fraction", type=attention_fraction(),
                    default=None, metavar="F",
                    help="D0's per-layer attention share in [0.001, 0.999]; defaults to the model "

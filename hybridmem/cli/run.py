@@ -14,6 +14,7 @@ from hybridmem.cli.common import (
     MAX_KV_BLOCKS,
     MAX_MODEL_LEN,
     MAX_REQUESTS,
+    TOTAL_HELP,
     attention_fraction,
     count,
     real,
@@ -84,9 +85,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="S0, S1, S2 or D0: the organization serves every KV-cache decision "
                    "inside vLLM's scheduler; vllm: vLLM's own manager with tracing hooks "
                    "(default %(default)s)")
-    o.add_argument("--budget", default=None, metavar="B",
+    b = o.add_mutually_exclusive_group()
+    b.add_argument("--budget", default=None, metavar="B",
                    help="per-layer budget as in `hybridmem plan`: label bN, bytes or a size "
                    f"(org mode; default {DEFAULT_BUDGET} for the tiny model, b63 for others)")
+    b.add_argument("--total", default=None, metavar="SIZE",
+                   help=TOTAL_HELP + "; with --org vllm it is vLLM's --kv-cache-memory-bytes "
+                   "(default 256MiB there)")
     o.add_argument("--headroom", type=real(0, 1, hi_open=True), default=0.0, metavar="F",
                    help="admission headroom f in [0, 1): admit only if need + floor(f B) <= "
                    "available (default 0)")
@@ -145,15 +150,30 @@ def _max_positions(model: str) -> int | None:
 
 def check_values(args: argparse.Namespace) -> None:
     """The fault name and the budget (parsed for the model, as the engine will), checked before
-    any engine module is imported."""
+    any engine module is imported. ``--total`` becomes the budget text ``total SIZE`` (org
+    mode) or vLLM's cache bytes (``--org vllm``: ``args.kv_cache_bytes``), once it gives the
+    organization (vLLM: one unified block, S0's page) a unit of each kind, as `plan` requires."""
     if args.fault is not None and args.fault not in FAULT_NAMES:
         raise HybridMemError(f"--fault {args.fault[:80]!r}: not one of {', '.join(FAULT_NAMES)}")
-    if args.org != "vllm" and args.budget is not None:
-        from hybridmem.budget import parse_budget
+    args.kv_cache_bytes = None
+    if args.total is not None and args.kv_blocks is not None:
+        raise HybridMemError("--total and --kv-blocks both size the cache; give one")
+    if (args.org != "vllm" and args.budget is not None) or args.total is not None:
+        from hybridmem.budget import parse_budget, parse_total, plan_budget
         from hybridmem.units import derive_units
 
         geo, grid = models.geometry(args.model), models.grid_tokens(args.model)
-        parse_budget(args.budget, derive_units(geo) if grid is None else derive_units(geo, grid))
+        units = derive_units(geo) if grid is None else derive_units(geo, grid)
+        if args.total is None:
+            parse_budget(args.budget, units)
+            return
+        budget = parse_total(args.total, units)
+        plan_budget(units, budget, args.attention_fraction).check_holds(
+            ("S0",) if args.org == "vllm" else (args.org,))
+        if args.org == "vllm":
+            args.kv_cache_bytes = budget.total_bytes
+        else:
+            args.budget = budget.label
 
 
 def run(args: argparse.Namespace) -> int:
@@ -183,6 +203,7 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed, cap=args.cap, isolate=args.isolate, trace_dir=trace_dir, out=args.out,
         prefix_caching=not args.no_prefix_caching, max_model_len=args.max_model_len,
         kv_blocks=args.kv_blocks, chunk_tokens=args.chunk_tokens, org=org, budget=budget,
+        **({} if args.kv_cache_bytes is None else {"kv_cache_bytes": args.kv_cache_bytes}),
         headroom=args.headroom,
         pin_k=args.pin_k, pin_budget=args.pin_budget, retention=args.retention,
         fault=args.fault, check_invariants=args.check_invariants,

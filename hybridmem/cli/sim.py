@@ -1,7 +1,7 @@
 """``hybridmem sim``: a serving run on vLLM's real scheduler with a GPU cost model, no GPU.
 
-    hybridmem sim --out DIR [--org vllm|S0|S1|S2|D0] [--budget b63] [--device a100-40gb]
-                  [--model falcon-h1-7b] [run options as in ``hybridmem run``]
+    hybridmem sim --out DIR [--org vllm|S0|S1|S2|D0] [--budget b63 | --total SIZE]
+                  [--device a100-40gb] [--model falcon-h1-7b] [run options as in ``hybridmem run``]
     hybridmem sim calibrate TIMING.csv|.parquet [--model M] [--device D] [--org O] [--json]
                   [--out FIT.json]
 
@@ -17,7 +17,7 @@ import math
 import sys
 
 from hybridmem.cli import models
-from hybridmem.cli.common import attention_fraction, path_arg
+from hybridmem.cli.common import TOTAL_HELP, attention_fraction, path_arg, total_label
 from hybridmem.errors import HybridMemError
 
 HELP = ("simulate a serving run: vLLM's real scheduler, the organizations, a GPU cost model "
@@ -41,9 +41,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help=f"memory organization: {', '.join(models.ORG_CHOICES)} ('vllm': "
                    f"vLLM's own KV-cache manager; default {models.DEFAULT_ORG}, as `run` and "
                    "`continuation`); with --replay also a comma list or 'all' (default all)")
-    p.add_argument("--budget", default=None, metavar="B",
+    b = p.add_mutually_exclusive_group()
+    b.add_argument("--budget", default=None, metavar="B",
                    help="per-layer budget: label bN, bytes, or a size like 96MiB (default b63, "
                    "the paper's main point)")
+    b.add_argument("--total", default=None, metavar="SIZE",
+                   help=TOTAL_HELP + " (--org vllm: its blocks per layer likewise)")
     p.add_argument("--requests", type=int, default=300, metavar="N", help="requests (300)")
     p.add_argument("--rate", type=float, default=3.0, metavar="R",
                    help="Poisson arrival rate, requests/s (default 3)")
@@ -161,7 +164,7 @@ def _calibrate(args: argparse.Namespace) -> int:
     from hybridmem.sim.cost import CostConstants, CostModel
     from hybridmem.sim.devices import get_device
     from hybridmem.sim.model_shape import load_shape
-    from hybridmem.sim.orgs import default_grid
+    from hybridmem.sim.schedulers import default_grid
 
     if len(args.form) != 2:
         raise HybridMemError(f"'calibrate' takes exactly one TIMING file, got {args.form[1:]}")
@@ -201,6 +204,7 @@ def run(args: argparse.Namespace) -> int:
             raise HybridMemError(f"unknown form {args.form[0]!r}; the only form is "
                                  "'calibrate TIMING' (a run takes options only)")
         return _calibrate(args)
+    total_label(args)
     if args.replay is not None:
         return _replay(args, named_model)
     if args.org not in models.ORG_CHOICES:

@@ -33,8 +33,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "percentage points for an interaction), 100(exp(mean d) - 1), its paired-t interval in "
         "log space (df = n - 1) and the exact two-sided sign-flip p over all 2^n sign "
         "assignments. Every arm must hold the same seeds.")
-    c.add_argument("file", metavar="FILE",
-                   help="long-format CSV or Parquet (.parquet/.pq) with columns seed,arm,value")
+    c.add_argument("file", metavar="FILE|CAMPAIGN",
+                   help="long-format CSV or Parquet (.parquet/.pq) with columns seed,arm,value; "
+                   "or a campaign's --out folder (its runs.parquet) with --metric")
+    c.add_argument("--metric", default=None, metavar="COLUMN",
+                   help="read a campaign: the runs.parquet column to compare (throughput_tok_s, "
+                   "e2e_p99, ...); each ARM is then an organization (S2) or grid settings "
+                   "(org=S2,budget=b63) selecting one cell per seed")
     c.add_argument("--num", required=True, metavar="ARM", help="numerator arm")
     c.add_argument("--den", required=True, metavar="ARM", help="denominator arm")
     c.add_argument("--minus-num", metavar="ARM",
@@ -87,9 +92,9 @@ def run(args: argparse.Namespace) -> int:
 
 def _name(args: argparse.Namespace) -> str:
     base = f"{args.num} / {args.den}"
-    if args.minus_num is None:
-        return base
-    return f"({base}) / ({args.minus_num} / {args.minus_den})"
+    if args.minus_num is not None:
+        base = f"({base}) / ({args.minus_num} / {args.minus_den})"
+    return base if args.metric is None else f"{base} of {args.metric}"
 
 
 def format_contrast(name: str, r: PairedContrast, interaction: bool) -> str:
@@ -110,7 +115,7 @@ def run_contrast(args: argparse.Namespace) -> int:
     level = check_level(args.level)
     if (args.minus_num is None) != (args.minus_den is None):
         raise StatsError("--minus-num and --minus-den must be given together")
-    table = load_long(args.file)
+    table = _campaign_arms(args) if _is_campaign(args) else load_long(args.file)
     interaction = args.minus_num is not None
     result = contrast(
         arm(table, args.num), arm(table, args.den),
@@ -123,6 +128,25 @@ def run_contrast(args: argparse.Namespace) -> int:
     else:
         print(format_contrast(_name(args), result, interaction))
     return 0
+
+
+def _is_campaign(args: argparse.Namespace) -> bool:
+    from pathlib import Path
+
+    if Path(args.file).is_dir() and args.metric is None:
+        raise StatsError(f"{args.file!r} is a folder: a campaign needs --metric COLUMN")
+    return args.metric is not None
+
+
+def _campaign_arms(args: argparse.Namespace) -> dict[str, dict[int, float]]:
+    """The named arms of a campaign's runs table, in the long table's shape."""
+    from pathlib import Path
+
+    from hybridmem.sim.campaign_stats import arm_values, campaign_runs
+
+    _, rows = campaign_runs(Path(args.file))
+    names = [a for a in (args.num, args.den, args.minus_num, args.minus_den) if a is not None]
+    return {a: arm_values(rows, args.metric, a) for a in dict.fromkeys(names)}
 
 
 def run_holm(args: argparse.Namespace) -> int:

@@ -9,7 +9,7 @@ from typing import Any
 from hybridmem.budget import check_fraction, parse_size
 from hybridmem.cli.common import add_model_args, count, model_units, print_json
 from hybridmem.errors import HybridMemError
-from hybridmem.storage import (
+from hybridmem.storage_cost import (
     SHARED_ORGS,
     bytes_d0_pools,
     bytes_s0,

@@ -36,7 +36,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     out.add_argument("--parquet", type=out_path(), metavar="OUT",
                      help="Parquet event table (tracer/FORMAT.md)")
     out.add_argument("--perfetto", type=out_path(), metavar="OUT",
-                     help="Chrome/Perfetto JSON timeline, one track per request")
+                     help="Chrome/Perfetto JSON timeline: a track per request, counter "
+                     "tracks of pool units in use / available, a flow from each loss to the "
+                     "request whose entry it took")
     e.set_defaults(func=run_export)
 
     s = tsub.add_parser("stats", help="event counts by kind and by request, time span")

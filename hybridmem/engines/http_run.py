@@ -37,7 +37,14 @@ from pathlib import Path
 from typing import Any
 
 from hybridmem.engines.run_results import RequestRecord, RunResult, summarize, write_run
-from hybridmem.engines.vllm_run import RunConfig, org_env, org_grid, org_summary, prepare_run
+from hybridmem.engines.vllm_run import (
+    RunConfig,
+    arrivals_text,
+    org_env,
+    org_grid,
+    org_summary,
+    prepare_run,
+)
 from hybridmem.engines.vllm_server import SERVED_NAME, ServerSettings, VllmServer
 from hybridmem.names import ENV_TRACE, ENV_TRACE_META
 from hybridmem.workload import WorkloadRequest
@@ -173,7 +180,8 @@ def _server_env(cfg: RunConfig, trace_path: Path | None, model: Path) -> dict[st
     if trace_path is not None:
         env[ENV_TRACE] = str(trace_path)
         env[ENV_TRACE_META] = json.dumps(
-            {"seed": cfg.seed, "driver": "http",
+            {"seed": cfg.seed, "driver": "http", "arrivals": arrivals_text(cfg),
+             **({"budget": cfg.budget} if cfg.budget is not None else {}),
              "workload": {"requests": cfg.requests, "rate": cfg.rate, "share": cfg.share,
                           "isolate": cfg.isolate}})
     return env
@@ -217,6 +225,9 @@ def run_serving_http(cfg: RunConfig, progress: bool = True, start_timeout: float
     """One serving run through ``vllm serve``; writes what :func:`run_serving` writes, plus
     ``server.log``. The server is stopped (SIGINT, then killed) on every exit path."""
     cfg.check()
+    if cfg.arrivals != "wall":
+        raise ValueError("arrivals by engine step need the in-process driver: over HTTP the "
+                         "driver cannot see the server's steps")
     if not start_timeout > 0 or not request_timeout > 0:
         raise ValueError(f"timeouts must be > 0 s, got start {start_timeout}, "
                          f"request {request_timeout}")
@@ -247,6 +258,8 @@ def run_serving_http(cfg: RunConfig, progress: bool = True, start_timeout: float
     failed = [r for r in records.values() if r.error]
     summary = summarize(cfg, records, ledger, init_s, trace_path, preemptions,
                         engine_version=str(version), driver="http")
+    summary["arrivals"] = arrivals_text(cfg)
+    summary["engine_steps"] = None  # counted only when arrivals go by engine step
     summary["cpu_s"] = cpu_s
     summary["throughput_cpu_tok_s"] = summary["output_tokens"] / cpu_s if cpu_s > 0 else None
     summary["server_exit_code"] = rc

@@ -34,7 +34,7 @@ import os
 import sys
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +55,7 @@ from hybridmem.workload import Workload, WorkloadSpec, make_workload
 
 TRACE_FILE = "trace.hmt"
 ORG_CHOICES = ("S0", "S1", "S2", "D0", "vllm")
+ARRIVALS = ("wall", "step")
 DEFAULT_ORG = "vllm"
 
 
@@ -90,6 +91,13 @@ class RunConfig:
     check_invariants: bool = False  # App. D.2 checkers after every scheduler step
     attention_fraction: float | None = None  # D0's attention share (preset models: theirs)
     poison_vllm_state: bool = False  # check mode: NaN into vLLM's own Mamba rows every step
+    # "wall": a request is submitted once its planned arrival has passed on the wall clock (open
+    # loop; what the engine meets depends on how fast this machine steps it). "step": once the
+    # engine has taken arrival_s / step_s steps (idle stretches skipped), so which requests
+    # meet in which step, and every count that follows (hits, reuse, losses, preemptions),
+    # repeats on any machine; latencies are still wall clock, from each actual submission.
+    arrivals: str = "wall"
+    step_s: float = 0.02         # "step" arrivals: seconds of the planned schedule per step
 
     def org_settings(self) -> OrgSettings | None:
         """The organization settings the engine gets (None: ``--org vllm``)."""
@@ -126,6 +134,11 @@ class RunConfig:
                 raise ValueError(f"{name} must be <= {hi:,}, got {value:,}")
         if not math.isfinite(self.rate):
             raise ValueError(f"rate must be finite, got {self.rate}")
+        if self.arrivals not in ARRIVALS:
+            raise ValueError(f"arrivals must be one of {', '.join(ARRIVALS)}, got "
+                             f"{self.arrivals!r}")
+        if not (math.isfinite(self.step_s) and 1e-4 <= self.step_s <= 60):
+            raise ValueError(f"step_s must be in [0.0001, 60] seconds, got {self.step_s}")
         if self.org not in ORG_CHOICES:
             raise ValueError(f"org must be one of {', '.join(ORG_CHOICES)}, got {self.org!r}")
         if self.org == "vllm":
@@ -155,19 +168,23 @@ class RunConfig:
 
 
 def check_budget_text(text: str) -> None:
-    """ValueError unless ``text`` is a label bN (N >= 1), a byte count or a size."""
+    """ValueError unless ``text`` is a label bN (N >= 1), a byte count, a size, or a total's
+    label ``total SIZE``."""
     import re
 
-    from hybridmem.budget import parse_size
+    from hybridmem.budget import TOTAL_PREFIX, parse_size
     from hybridmem.errors import BudgetError
 
     if re.fullmatch(r"b[1-9]\d*", text.strip()):
         return
+    size = text.strip()
+    if size.startswith(TOTAL_PREFIX):
+        size = size[len(TOTAL_PREFIX):]
     try:
-        parse_size(text)
+        parse_size(size)
     except BudgetError:
         raise ValueError(f"bad budget {text!r}: expected a label bN (e.g. b40), a byte count, "
-                         "or a size such as 2MiB (per layer)") from None
+                         "a size such as 2MiB (per layer), or 'total SIZE' (whole cache)") from None
 
 
 def check_org_model(cfg: RunConfig, model: Path) -> None:
@@ -345,6 +362,20 @@ def scoped_env(env: Mapping[str, str | None]) -> Iterator[None]:
                 os.environ[k] = v
 
 
+def arrivals_text(cfg: RunConfig) -> str:
+    """How requests were submitted, in words (summary and trace metadata)."""
+    if cfg.arrivals == "step":
+        return f"engine step ({cfg.step_s * 1000:g} ms of the Poisson schedule per step)"
+    return "wall clock (Poisson schedule)"
+
+
+def _device() -> str:
+    """Where the engine computes, for the trace metadata (figures name it)."""
+    import torch
+
+    return torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
+
+
 def run_serving(cfg: RunConfig, progress: bool = True) -> RunResult:
     """One serving run; writes results.parquet, summary.json and workload.json into cfg.out."""
     cfg.check()
@@ -365,8 +396,10 @@ def run_serving(cfg: RunConfig, progress: bool = True) -> RunResult:
 
         os.environ[tracing.TRACE_ENV] = str(trace_path)
         os.environ[tracing.META_ENV] = json.dumps(
-            {"seed": cfg.seed, "workload": {"requests": cfg.requests, "rate": cfg.rate,
-                                            "share": cfg.share, "isolate": cfg.isolate}})
+            {"seed": cfg.seed, "device": _device(), "arrivals": arrivals_text(cfg),
+             **({"budget": cfg.budget} if cfg.budget is not None else {}),
+             "workload": {"requests": cfg.requests, "rate": cfg.rate, "share": cfg.share,
+                          "isolate": cfg.isolate}})
         tracing.install()
     try:
         import vllm
@@ -411,11 +444,13 @@ def run_serving(cfg: RunConfig, progress: bool = True) -> RunResult:
     cpu0 = time.process_time()
     rows0 = row_copies()
     nxt = 0
+    by_step, steps = cfg.arrivals == "step", 0
     violation: str | None = None
     try:
         while nxt < len(pending) or engine.has_unfinished_requests():
             now = time.perf_counter() - t0
-            while nxt < len(pending) and pending[nxt].arrival_s <= now:
+            clock = steps * cfg.step_s if by_step else now
+            while nxt < len(pending) and pending[nxt].arrival_s <= clock:
                 r = pending[nxt]
                 prompt: dict[str, Any] = {"prompt_token_ids": list(r.prompt_token_ids)}
                 if r.cache_salt is not None:
@@ -426,9 +461,13 @@ def run_serving(cfg: RunConfig, progress: bool = True) -> RunResult:
                 records[r.request_id].submitted = now
                 nxt += 1
             if not engine.has_unfinished_requests():
-                time.sleep(max(0.0, pending[nxt].arrival_s - (time.perf_counter() - t0)))
+                if by_step:  # an idle engine: on to the step of the next arrival
+                    steps = max(steps + 1, math.ceil(pending[nxt].arrival_s / cfg.step_s))
+                else:
+                    time.sleep(max(0.0, pending[nxt].arrival_s - (time.perf_counter() - t0)))
                 continue
             try:
+                steps += 1
                 outputs = engine.step()
             except Exception as exc:
                 violation = _violation(exc)
@@ -462,6 +501,10 @@ def run_serving(cfg: RunConfig, progress: bool = True) -> RunResult:
             org_state.set_poison(False)
     ledger = time.perf_counter() - t0
     cpu_s = time.process_time() - cpu0
+    if by_step:  # latencies from each request's actual submission, not its planned second
+        for rec in records.values():
+            if not math.isnan(rec.submitted):
+                rec.spec = replace(rec.spec, arrival_s=rec.submitted)
     summary = summarize(cfg, records, ledger, init_s, trace_path, preemptions,
                         engine_version=vllm.__version__, driver="inprocess")
     summary.update(org_summary(cfg, scheduler, violation))
@@ -469,6 +512,8 @@ def run_serving(cfg: RunConfig, progress: bool = True) -> RunResult:
         summary["state_storage"] = {**summary["state_storage"], "observed": arenas, **rows}
     # CPU seconds of this process over the ledger interval: on a shared box, where wall-clock
     # throughput moves with other tenants' load, tokens per CPU second isolates the probe cost.
+    summary["arrivals"] = arrivals_text(cfg)
+    summary["engine_steps"] = steps if by_step else None
     summary["cpu_s"] = cpu_s
     summary["throughput_cpu_tok_s"] = summary["output_tokens"] / cpu_s if cpu_s > 0 else None
     return write_run(out, summary, records, manifest)

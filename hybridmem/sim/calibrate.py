@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from hybridmem.errors import HybridMemError
+from hybridmem.inputs import check_regular
 from hybridmem.sim.cost import CostConstants, CostModel, StepFeatures
 
 COLUMNS = (*StepFeatures._fields, "seconds")
@@ -58,9 +59,7 @@ class Fit:
 
 def load_timing(path: str | Path) -> dict[str, np.ndarray]:
     """The timing file's columns as float arrays, checked (one-line errors)."""
-    p = Path(path)
-    if not p.is_file():
-        raise HybridMemError(f"timing file {str(p)!r} does not exist")
+    p = check_regular(path, "timing file")  # missing, or a device or pipe (endless)
     try:
         if p.suffix == ".parquet":
             import pyarrow.parquet as pq

@@ -21,7 +21,7 @@
     retention = [false]
     share = [0.5]
     isolate = [false]
-    chunking = ["default"]          # prefill split: "default" or names in orgs.CHUNKINGS;
+    chunking = ["default"]          # prefill split: "default" or names in schedulers.CHUNKINGS;
                                     # every arm of a contrast gets the same split unless the
                                     # contrast sets chunking itself
     trace = [false]                 # true: the cell writes its trace and lineage.json
@@ -51,6 +51,17 @@ its cells keep the grid's ``pin_k`` for pairing but run without it (summary.json
 
 A cell's id is a digest of its parameters, so a cell keeps its directory (and its result) when
 the spec grows: ``hybridmem campaign`` reruns nothing that finished.
+
+Validation is hand-written rather than a pydantic model, for three reasons. pydantic is not a
+declared dependency (it arrives only with vLLM's locked set, not with the project or its
+``campaign`` extra). The checks that make a spec safe are not per-field types: a seed range is
+bounded arithmetically before any list is built, the grid's product is bounded before any cell
+is built, ``org = "vllm"`` refuses headroom and retention across fields, and ``preflight`` runs
+the model, budget and ``SimConfig.check`` a cell would run; a model would keep all of these as
+custom validators. And what it would replace (the type and range checks of ``_num``, the
+boolean axes, the unknown-key checks: about 40 lines) names the value and its allowed range in
+one line, where a ``ValidationError`` prints a multi-line report whose text would have to be
+re-formatted into the same line anyway.
 """
 
 from __future__ import annotations
@@ -90,7 +101,7 @@ class Cell:
     share: float
     isolate: bool
     seed: int
-    chunking: str | None = None   # prefill split (orgs.CHUNKINGS); None: the seam's default
+    chunking: str | None = None   # prefill split (schedulers.CHUNKINGS); None: the seam's default
     trace: bool = False           # write the trace and its lineage summary
 
     @property
@@ -206,7 +217,7 @@ def _grid_cells(grid: Any, where: str, limit: int = MAX_CELLS) -> list[Cell]:
                              f"{(*AXES, 'seeds')}")
     if "seeds" not in grid:
         raise HybridMemError(f"{where}: [grid] needs seeds")
-    from hybridmem.sim import orgs as sim_orgs
+    from hybridmem.sim import schedulers as sim_orgs
 
     orgs = [str(o) for o in _list(grid.get("org", "vllm"), "org")]
     for o in orgs:
@@ -217,7 +228,8 @@ def _grid_cells(grid: Any, where: str, limit: int = MAX_CELLS) -> list[Cell]:
     for b in budgets:
         if not isinstance(b, str) or not b.strip():
             raise HybridMemError(f"grid.budget: {b!r} must be a string: a label like \"b63\", "
-                                 "a byte count or a size like \"96MiB\"")
+                                 "a byte count, a size like \"96MiB\" (per layer) or a "
+                                 "whole-cache total like \"total 12GiB\"")
     rates = [_num(r, "rate", 1e-6, 1e6) for r in _list(grid.get("rate", 3.0), "rate")]
     caps = [_num(c, "cap", 1, 4096, True) for c in _list(grid.get("cap", 63), "cap")]
     heads = [_num(h, "headroom", 0.0, 0.999) for h in _list(grid.get("headroom", 0.0),
@@ -254,15 +266,15 @@ def _grid_cells(grid: Any, where: str, limit: int = MAX_CELLS) -> list[Cell]:
 
 
 def _chunking(v: Any) -> str | None:
-    """A prefill-split name: ``"default"`` (the key omitted) or one of ``orgs.CHUNKINGS``."""
+    """A prefill-split name: ``"default"`` (the key omitted) or one of ``schedulers.CHUNKINGS``."""
     if v == "default":
         return None
-    from hybridmem.sim import orgs
+    from hybridmem.sim import schedulers
 
-    names = getattr(orgs, "CHUNKINGS", None)
+    names = getattr(schedulers, "CHUNKINGS", None)
     if names is None:
         raise HybridMemError(f"grid.chunking: {v!r}: this build names no prefill splits "
-                             "(hybridmem.sim.orgs.CHUNKINGS); omit the key")
+                             "(hybridmem.sim.schedulers.CHUNKINGS); omit the key")
     if not isinstance(v, str) or v not in names:
         raise HybridMemError(f"grid.chunking: {v!r} is not a prefill split; expected one of "
                              f"{tuple(names)}")

@@ -142,3 +142,77 @@ def format_tests(tests: list[dict[str, Any]]) -> str:
                      f"[{t['ci_low_pct']:+8.2f},{t['ci_high_pct']:+8.2f}] "
                      f"{t['sign_flip_p']:>9.5f} {t['holm_p']:>9.5f}")
     return "\n".join(lines)
+
+
+# -- one arm of a campaign as the seed -> value map `hybridmem stats contrast` pairs ---------------
+def parse_selector(text: str) -> dict[str, Any]:
+    """``S2`` (an organization) or ``org=S2,budget=b63``: the grid factors an arm fixes. Values
+    are read as the runs table types them (integers, reals, true/false, else text)."""
+    text = text.strip()
+    if not text:
+        raise HybridMemError("an empty arm; give an organization (S2) or axis=value,...")
+    if "=" not in text:
+        return {"org": text}
+    sel: dict[str, Any] = {}
+    for part in text.split(","):
+        key, sep, raw = (s.strip() for s in part.partition("="))
+        if not sep or not key or not raw:
+            raise HybridMemError(f"arm {text!r}: {part!r} is not axis=value")
+        if key not in AXES:
+            raise HybridMemError(f"arm {text!r}: no axis {key!r}; axes are {', '.join(AXES)}")
+        if key in sel:
+            raise HybridMemError(f"arm {text!r}: axis {key!r} given twice")
+        sel[key] = _typed(raw)
+    return sel
+
+
+def _typed(raw: str) -> Any:
+    low = raw.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    for kind in (int, float):
+        try:
+            return kind(raw)
+        except ValueError:
+            pass
+    return raw
+
+
+def campaign_runs(path: Path) -> tuple[Path, list[dict[str, Any]]]:
+    """The runs table of a campaign folder (``DIR/runs.parquet``) or the table itself."""
+    runs = path / "runs.parquet" if path.is_dir() else path
+    if not runs.is_file():
+        raise HybridMemError(f"no campaign runs table at {str(runs)!r} (a campaign's --out "
+                             "folder holds runs.parquet)")
+    return runs, load_runs(runs)
+
+
+def arm_values(rows: list[dict[str, Any]], metric: str, arm: str) -> dict[int, float]:
+    """``{seed: metric}`` of the cells ``arm`` selects: exactly one cell per seed, else an error
+    naming the axes that still vary (add them to the arm); a missing metric value is an error."""
+    if rows and metric not in rows[0]:
+        numeric = [k for k, v in rows[0].items() if isinstance(v, float) and k not in AXES]
+        raise HybridMemError(f"no metric {metric!r} in the runs table; metrics are "
+                             f"{', '.join(numeric)}")
+    sel = parse_selector(arm)
+    chosen = [r for r in rows if matches(r, sel)]
+    if not chosen:
+        raise HybridMemError(f"arm {arm!r} selects no cell of the campaign")
+    by_seed: dict[int, dict[str, Any]] = {}
+    for r in chosen:
+        seed = int(r["seed"])
+        if seed in by_seed:
+            varying = [a for a in AXES
+                       if len({repr(factor(x, a)) for x in chosen if int(x["seed"]) == seed}) > 1]
+            raise HybridMemError(f"arm {arm!r} selects several cells of seed {seed} (they differ "
+                                 f"in {', '.join(varying)}); fix them, e.g. "
+                                 f"'{arm if '=' in arm else 'org=' + arm},{varying[0]}=...'")
+        by_seed[seed] = r
+    out: dict[int, float] = {}
+    for seed, r in sorted(by_seed.items()):
+        v = r[metric]
+        if v is None or (isinstance(v, float) and math.isnan(v)):
+            raise HybridMemError(f"arm {arm!r} seed {seed}: no {metric} in cell "
+                                 f"{r.get('cell_id')!r}")
+        out[seed] = float(v)
+    return out

@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from hybridmem.errors import HybridMemError
-from hybridmem.sim.run import SimConfig
+from hybridmem.sim.run import SimConfig, check_budget
 from hybridmem.workload import MANIFEST_NAME, load_manifest
 
 ARRIVALS = ("planned", "steps")
@@ -258,7 +258,7 @@ def plan_replay(rec: Recorded, arms: list[str], out: Path, *, model: str | None 
                         int(step_budget) if step_budget else None),
                     stock_block=stock_block if org == "vllm" else None,
                     out=out / org, trace_dir=(out / org / "trace") if trace else None)
-        planned.append(Arm(org, c.check()))
+        planned.append(Arm(org, check_budget(c.check())))  # every arm before any runs
     conditions = {
         "recorded_run": str(rec.run_dir), "recorded_org": rec.org,
         "recorded_model": rec.model, "model": label, "geometry": (

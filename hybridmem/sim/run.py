@@ -1,7 +1,7 @@
 """One simulated serving run: the same outputs as ``hybridmem run``, on virtual time.
 
     SimConfig -> workload (hybridmem.workload, SPEC §10, model limit 8,192 by default)
-              -> VllmConfig (no weights) -> organization seam (.orgs) -> scheduler
+              -> VllmConfig (no weights) -> organization seam (.schedulers) -> scheduler
               -> [trace hooks: hybridmem.vllm_plugin.tracing.attach, the real run's]
               -> executor (.executor) priced by the cost model (.cost) on a device (.devices)
               -> results.parquet, summary.json, workload.json (hybridmem.engines.run_results)
@@ -10,6 +10,10 @@
 Times in results and summary are virtual seconds (the cost model's), so ``throughput_tok_s`` is
 the simulated GPU's; ``wall_s`` is what the simulation itself took. The ledger interval is the
 request span here (a simulated engine has no shutdown to pay for).
+
+``SimConfig.check`` is the one check of a run's settings (the CLI, campaign specs and replays all
+go through it); it stays plain comparisons rather than a validator library for the reasons
+``campaign_spec``'s docstring gives: each message names the value and its range in one line.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from typing import Any
 
 from hybridmem.engines.run_results import RunResult, summarize, write_run
 from hybridmem.errors import HybridMemError
-from hybridmem.sim import executor, orgs, vllm_env
+from hybridmem.sim import executor, schedulers, vllm_env
 from hybridmem.sim.cost import CostConstants, CostModel
 from hybridmem.sim.devices import DEVICES, get_device
 from hybridmem.sim.model_shape import load_shape
@@ -50,7 +54,7 @@ class SimConfig:
     grid: int | None = None      # organizations' block (None: their own, S0-S2 512, D0 16)
     attention_fraction: float | None = None  # D0 split (None: the model preset's)
     check_invariants: bool = False  # organizations: App. D.2 checkers after every step
-    chunking: str | None = None  # prefill split, one of orgs.CHUNKINGS (None: the default)
+    chunking: str | None = None  # prefill split, one of schedulers.CHUNKINGS (None: the default)
     admit_first_chunk: bool = False  # admission checks the first chunk, not the whole prompt
     trace_dir: Path | None = None
     out: Path = Path("out/sim")
@@ -71,9 +75,9 @@ class SimConfig:
             return HybridMemError(msg)
         if self.device not in DEVICES:
             raise bad(f"unknown device {self.device!r}; expected one of {', '.join(DEVICES)}")
-        if self.org not in orgs.ORGS:
+        if self.org not in schedulers.ORGS:
             raise bad(f"unknown organization {self.org!r}; expected one of "
-                      f"{', '.join(orgs.ORGS)}")
+                      f"{', '.join(schedulers.ORGS)}")
         if not (isinstance(self.requests, int) and 1 <= self.requests <= MAX_REQUESTS):
             raise bad(f"requests must be an integer in [1, {MAX_REQUESTS}], got {self.requests}")
         if not (isinstance(self.rate, (int, float)) and math.isfinite(self.rate)
@@ -93,7 +97,8 @@ class SimConfig:
         if self.grid is not None and not (isinstance(self.grid, int) and 16 <= self.grid <= 65536
                                           and self.grid % 16 == 0):
             raise bad(f"grid must be a multiple of 16 tokens in [16, 65536], got {self.grid}")
-        orgs.resolve_chunking(orgs.OrgChoice(self.org, self.budget, chunking=self.chunking))
+        schedulers.resolve_chunking(schedulers.OrgChoice(self.org, self.budget,
+                                                         chunking=self.chunking))
         if self.attention_fraction is not None and not (
                 isinstance(self.attention_fraction, float)
                 and 0.0 < self.attention_fraction < 1.0):
@@ -101,9 +106,9 @@ class SimConfig:
         if not (isinstance(self.max_model_len, int) and 64 <= self.max_model_len <= 1 << 20):
             raise bad(f"max model length must be an integer in [64, 2^20], "
                       f"got {self.max_model_len}")
-        if self.chunking is not None and self.chunking not in getattr(orgs, "CHUNKINGS", ()):
-            raise bad(f"unknown chunking {self.chunking!r}; expected one of "
-                      f"{', '.join(getattr(orgs, 'CHUNKINGS', ())) or '(none in this build)'}")
+        if self.chunking is not None and self.chunking not in getattr(schedulers, "CHUNKINGS", ()):
+            known = ", ".join(getattr(schedulers, "CHUNKINGS", ())) or "(none in this build)"
+            raise bad(f"unknown chunking {self.chunking!r}; expected one of {known}")
         if self.max_num_batched_tokens is not None and not (
                 isinstance(self.max_num_batched_tokens, int)
                 and 16 <= self.max_num_batched_tokens <= 1 << 20):
@@ -118,12 +123,19 @@ class SimConfig:
         return self
 
 
-def check_budget(cfg: SimConfig) -> None:
-    """The budget parses for the model (before any vLLM import): one-line error otherwise."""
-    from hybridmem.budget import parse_budget
+def check_budget(cfg: SimConfig) -> SimConfig:
+    """The budget parses for the model (before any vLLM import): one-line error otherwise. A
+    whole-cache total must also give the run's organization a unit of each kind (``vllm``: one
+    page of vLLM's unified block, which S0's page is), as ``hybridmem plan --total`` requires."""
+    from hybridmem.budget import parse_budget, plan_budget
     from hybridmem.units import derive_units
 
-    parse_budget(cfg.budget, derive_units(load_shape(cfg.model).geometry))
+    units = derive_units(load_shape(cfg.model).geometry)
+    budget = parse_budget(cfg.budget, units)
+    if budget.total_bytes is not None:
+        plan_budget(units, budget, cfg.attention_fraction).check_holds(
+            ("S0",) if cfg.org == "vllm" else (cfg.org,))
+    return cfg
 
 
 def sim_workload(cfg: SimConfig, vocab: int) -> Workload:
@@ -166,11 +178,11 @@ def run_sim(cfg: SimConfig, progress: bool = False,
                                 admit_first_chunk=cfg.admit_first_chunk)
     if cfg.stock_block is not None:
         vllm_env.set_stock_block(vc, cfg.stock_block)
-    choice = orgs.OrgChoice(cfg.org, cfg.budget, cfg.headroom, cfg.pin_k, cfg.retention,
+    choice = schedulers.OrgChoice(cfg.org, cfg.budget, cfg.headroom, cfg.pin_k, cfg.retention,
                             cfg.grid, cfg.attention_fraction, cfg.check_invariants,
                             chunking=cfg.chunking)
     trace, meta = _trace_target(cfg, device) if cfg.trace_dir is not None else (None, None)
-    built = orgs.build(choice, vc, shape, trace, meta)
+    built = schedulers.build(choice, vc, shape, trace, meta)
     sched = built.scheduler
     cost = CostModel(shape, device, cfg.org, built.grid_tokens,
                      CostConstants().with_values(**cfg.constants))
@@ -266,6 +278,7 @@ def _trace_target(cfg: SimConfig, device: Any) -> tuple[str, dict[str, Any]]:
     for stale in (path, path.with_suffix(".jsonl")):
         stale.unlink(missing_ok=True)
     meta = {"seed": cfg.seed, "simulated": True, "device": device.name, "budget": cfg.budget,
+            "cost_constants": dict(cfg.constants),
             "workload": {"requests": cfg.requests, "rate": cfg.rate, "share": cfg.share,
                          "isolate": cfg.isolate}}
     return str(path), meta

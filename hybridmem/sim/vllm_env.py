@@ -14,7 +14,7 @@ scheduler")::
       -> get_kv_cache_configs -> generate_scheduler_kv_cache_config -> Scheduler(...)
 
 The KV-cache size is given in blocks (``num_gpu_blocks_override``), i.e. pages per layer.
-Nothing here knows about organizations: :mod:`hybridmem.sim.orgs` picks the scheduler class.
+Nothing here knows about organizations: :mod:`hybridmem.sim.schedulers` picks the scheduler class.
 
 Organization grid (:func:`set_grid`). The paper's shared organizations use 512-token blocks and
 checkpoints, D0 16-token attention units. Stock vLLM 0.32 sizes a hybrid's block so that one page

@@ -11,6 +11,14 @@ Enumeration is meet-in-the-middle: the signed sums of the first ``h`` effects (`
 are sorted, and for each signed sum ``b`` of the other ``n - h`` effects the count of
 ``|a + b| >= T`` comes from two binary searches. Every one of the ``2^n`` assignments is counted
 exactly once; memory and time grow as ``2^(n/2)``.
+
+Why not ``scipy.stats.permutation_test``: it computes the same exact p (``permutation_type=
+"samples"`` on the one sample ``d``, statistic ``|mean|``, ``alternative="greater"``,
+``n_resamples=inf``), and the tests use it as the reference on fixed inputs, but it enumerates
+all ``2^n`` assignments. Measured on the shared 2-core box (loaded): 0.03 s at 12 seeds, 0.6 s at
+16, 11 s at 20, 43 s at 22, against under 4 ms here for each; exactness is required (the paper's
+smallest attainable p, ``2 / 2^n``, is what Holm multiplies), so its Monte Carlo mode is no
+substitute, and this module's 40-seed limit would fall to about 16 with scipy.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 :class:`OrgKVCacheManager` replaces ``Scheduler.kv_cache_manager`` (see :mod:`.org_scheduler`).
 vLLM's real scheduler keeps admitting, chunking, preempting and stepping; memory is the
-organization's (:class:`hybridmem.cached_org.CachedOrganization`)::
+organization's (:class:`hybridmem.memory.organization.MemoryOrganization`)::
 
     scheduler call                       organization
     -----------------------------------  --------------------------------------------------
@@ -47,12 +47,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from hybridmem.cached_org import CachedOrganization
-from hybridmem.checkpoint import ConvPlacement
 from hybridmem.errors import HybridMemError
 from hybridmem.events import Event, EventKind, Observer, Outcome, StateKind
 from hybridmem.geometry import ceil_div
-from hybridmem.org_interface import LookupResult, Organization
+from hybridmem.memory.interface import LookupResult, Organization
+from hybridmem.memory.organization import MemoryOrganization
+from hybridmem.memory.placement import ConvPlacement
 from hybridmem.vllm_plugin.org_settings import OrgPlan
 from hybridmem.vllm_plugin.state_table import Export, StateAddress, StateLayout, StateTable
 
@@ -75,11 +75,11 @@ def plan_layout(plan: OrgPlan) -> StateLayout:
                        plan.interval)
 
 
-def state_layout(plan: OrgPlan, org: CachedOrganization) -> StateLayout:
+def state_layout(plan: OrgPlan, org: MemoryOrganization) -> StateLayout:
     """:func:`plan_layout`, checked against the organization actually built."""
     layout = plan_layout(plan)
     conv = {ConvPlacement.INSIDE: "inside", ConvPlacement.PAGE: "page",
-            ConvPlacement.SLOT: "slot"}[org.placement]
+            ConvPlacement.SLOT: "slot"}[org.placement.kind]
     if (org.name, conv, org.members) != (layout.org, layout.conv, layout.members):
         raise HybridMemError(f"{org.name}: built with conv {conv}, {org.members} members; the "
                              f"plan's layout says {layout.conv}, {layout.members}")
@@ -95,7 +95,7 @@ class OrgKVCacheManager:
     wrapper around it); ``org`` is read directly.
     """
 
-    def __init__(self, stock: Any, plan: OrgPlan, org: CachedOrganization,
+    def __init__(self, stock: Any, plan: OrgPlan, org: MemoryOrganization,
                  ops: Organization | None = None, sink: Observer | None = None) -> None:
         from vllm.v1.kv_cache_interface import AttentionSpec, MambaSpec
         from vllm.v1.metrics.stats import PrefixCacheStats
@@ -141,7 +141,6 @@ class OrgKVCacheManager:
         self._grid = plan.grid
         self._rec_offset = plan.recurrent_id_offset + 1  # block id = home page + this
         self._headroom = plan.headroom_units()
-        self._shared = org.pool_for(StateKind.ATTENTION) is org.pool_for(StateKind.RECURRENT)
         # per request
         self._known: dict[str, int] = {}  # tokens the organization knows
         self._hits: dict[str, LookupResult] = {}  # lookup kept for the allocate that follows
@@ -218,44 +217,6 @@ class OrgKVCacheManager:
         return home_page + self._rec_offset
 
     # == allocation ===============================================================================
-    def _admission(self, rid: str, hit: LookupResult, total: int) -> tuple[bool, int, int]:
-        """Pure: (admit?, need, available) for admitting ``rid`` with ``hit`` to hold ``total``
-        tokens: ``need + H <= available`` per pool, where the units the hit would take out of the
-        reclaimable set (cached pages it adopts) are no longer available."""
-        org = self.org
-        n_blocks = max(0, ceil_div(total, org.attention_grid) - len(hit.blocks))
-        rec_units = org._ckpt_units(self._ckpts_after(hit.j, total))
-        apool = org.pool_for(StateKind.ATTENTION)
-        rpool = org.pool_for(StateKind.RECURRENT)
-        taken_a = sum(1 for p in set(hit.blocks) if apool.refs(p) == 0)
-        taken_r = 0
-        if hit.checkpoint is not None:
-            ck = org.rec_index.get(hit.checkpoint.key)
-            if ck is not None:
-                taken_r = sum(1 for p in set(org._ckpt_pages(ck)) if rpool.refs(p) == 0)
-        need = n_blocks + rec_units
-        if self._shared:  # one pool: both takings come out of it
-            avail = apool.num_available - taken_a - taken_r
-            return self._fits(n_blocks, rec_units, avail, 0), need, avail
-        avail_a = apool.num_available - taken_a
-        avail_r = rpool.num_available - taken_r
-        return self._fits(n_blocks, rec_units, avail_a, avail_r), need, avail_a + avail_r
-
-    def _ckpts_after(self, depth: int, total: int) -> int:
-        """Recurrent checkpoints a request at ``depth`` writes up to ``total`` tokens: one per
-        boundary in ``(depth, ceil(total / gr) * gr]``."""
-        gr = self.org.recurrent_grid
-        return len(range(depth + gr, ceil_div(total, gr) * gr + 1, gr))
-
-    def _fits(self, blocks: int, units: int, avail_a: int, avail_r: int) -> bool:
-        """The admission rule ``need + H <= available``: per pool, or (shared pool, where
-        ``avail_a`` is the one pool and ``avail_r`` is 0) on the sum with the attention
-        headroom."""
-        ha, hr = self._headroom
-        if self._shared:
-            return blocks + units + ha <= avail_a
-        return blocks + ha <= avail_a and units + hr <= avail_r
-
     def allocate_slots(self, request: Any, num_new_tokens: int, num_new_computed_tokens: int = 0,
                        new_computed_blocks: Any = None, num_lookahead_tokens: int = 0,
                        num_external_computed_tokens: int = 0,
@@ -303,7 +264,7 @@ class OrgKVCacheManager:
                                      "matching lookup; this indicates a scheduler/manager skew")
             hit = LookupResult(rid, 0, 0, 0, (), (), None)
         check = total if check is None else check
-        ok, need, avail = self._admission(rid, hit, check)
+        ok, need, avail = self.org.admission(hit, check, self._headroom)
         if not ok:  # nothing adopted, nothing released: the request stays waiting untouched
             self.counters["admission_rejections"] += 1
             if not any(r.holds_storage for r in self.org.requests.values()):
@@ -353,18 +314,18 @@ class OrgKVCacheManager:
         pinned = 0
         for ck, owner in org.pins.values():
             if owner != rid:
-                pinned += len(set(org._ckpt_pages(ck)))
+                pinned += len(set(org.ckpt_pages(ck)))
         atotal = org.pool_for(StateKind.ATTENTION).total
         rtotal = org.pool_for(StateKind.RECURRENT).total
         base = (start // gr) * gr
-        if self._shared:
+        if org.shares_one_pool():
             atotal, rtotal = atotal - pinned, 0
         else:
             rtotal -= pinned
 
         def fits(e: int) -> bool:
-            units = org._ckpt_units(self._ckpts_after(base, e) + (1 if base else 0))
-            return self._fits(ceil_div(e, ga), units, atotal, rtotal)
+            units = org.ckpt_units(org.ckpts_after(base, e) + (1 if base else 0))
+            return org.fits(ceil_div(e, ga), units, atotal, rtotal, self._headroom)
 
         if fits(end):
             return end
@@ -480,7 +441,7 @@ class OrgKVCacheManager:
         """Mirror every live complete checkpoint into the state table (set new/changed, drop
         gone). Cheap when nothing changed: keyed on (next ident, live count)."""
         org = self.org
-        sig = (org._next_ident, len(org.live_ckpts))
+        sig = (org.next_ident, len(org.live_ckpts))
         if sig == self._state_sig:
             return
         self._state_sig = sig

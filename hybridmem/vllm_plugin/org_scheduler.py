@@ -48,8 +48,8 @@ from typing import Any
 from vllm.v1.core.sched.scheduler import Scheduler
 
 from hybridmem.errors import HybridMemError
-from hybridmem.events import Event, EventKind
-from hybridmem.vllm_plugin import faults
+from hybridmem.events import Event, EventKind, FanOut
+from hybridmem.vllm_plugin import faults, org_metrics
 from hybridmem.vllm_plugin.org_manager import OrgKVCacheManager
 from hybridmem.vllm_plugin.org_settings import (
     SCHEDULER_QUALNAME,
@@ -201,7 +201,13 @@ class OrgScheduler(Scheduler):
             from hybridmem.engines.trace_sink import open_sink
 
             sink = open_sink(path, trace_meta(self, settings, plan))
-        org = build_org(plan, sink)
+        # /metrics: a reporter beside the trace when vLLM runs this scheduler in its engine
+        # core (org_metrics); it sees the same events as the trace
+        self._metrics = org_metrics.engine_core_reporter()
+        observer: Any = sink
+        if self._metrics is not None:
+            observer = self._metrics if sink is None else FanOut(sink, self._metrics)
+        org = build_org(plan, observer)
         ops: Any = org
         self._checker: Any = None
         if settings.check_invariants:
@@ -211,13 +217,16 @@ class OrgScheduler(Scheduler):
             self._checker = ops
         self.org = org
         stock = getattr(self, "kv_cache_manager")  # noqa: B009 (vLLM types it KVCacheManager)
-        manager = OrgKVCacheManager(stock, plan, org, ops, sink)
+        manager = OrgKVCacheManager(stock, plan, org, ops, observer)
         setattr(self, "kv_cache_manager", manager)  # noqa: B010
         activate_state_table(manager.state_table)
         self._sink = sink
         self.state_storage = state_storage(self, plan)
         self.org_step = 0
         setattr(self, TRACER_ATTR, OrgTracer(sink) if sink is not None else None)
+        if self._metrics is not None:
+            self._metrics.attach(org, manager, plan)
+            self._metrics.write(force=True)
 
     # -- engine-side events ------------------------------------------------------------------
     def _emit(self, kind: EventKind, request: Any, episode: int, **fields: Any) -> None:
@@ -293,8 +302,11 @@ class OrgScheduler(Scheduler):
 
     def update_from_output(self, *args: Any, **kwargs: Any) -> Any:
         out = self._checked(super().update_from_output, *args, **kwargs)
-        if not self.has_unfinished_requests():
+        idle = not self.has_unfinished_requests()
+        if idle:
             flush_resident()  # idle: every page current for readers outside the engine
+        if self._metrics is not None:
+            self._metrics.write(force=idle)
         return out
 
     def _checked(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
@@ -322,5 +334,8 @@ class OrgScheduler(Scheduler):
             if isinstance(tracer, OrgTracer):
                 tracer.close()
             flush_resident()
+            metrics = getattr(self, "_metrics", None)
+            if metrics is not None:
+                metrics.close()
             activate_state_table(None)  # a later engine in this process starts clean
             faults.activate(None)

@@ -9,10 +9,11 @@ the same organization in process and behind a server::
      "attention_fraction": null}
 
 Capacity. The budget is parsed as ``hybridmem plan`` parses it (label ``bN``, bytes or a size,
-per layer) for the model's geometry, on the organization's own grid ``G`` (vLLM's block size,
-:func:`serving_grid`; decided by :func:`hybridmem.units.org_grid_tokens`: S0-S2 the model's
-grid, 64 tokens for the tiny model, 512 for Falcon-H1; D0 its native 16-token unit), and turned
-into the organization's units by the plan::
+per layer; or ``total SIZE``, the whole cache, as ``--total``) for the model's geometry, on the
+organization's own grid ``G`` (vLLM's block size, :func:`serving_grid`; decided by
+:func:`hybridmem.units.org_grid_tokens`: S0-S2 the model's grid, 64 tokens for the tiny model,
+512 for Falcon-H1; D0 its native 16-token unit), and turned into the organization's units by the
+plan (a total's split rounds down instead, :mod:`hybridmem.budget`)::
 
     S0-S2  pages = round(nominal / page)                 block ids 1 .. pages
     D0     attention units of G tokens = floor(frac x nominal / 16a) x 16 / G
@@ -37,16 +38,15 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from hybridmem.budget import parse_budget, plan_budget
-from hybridmem.cached_org import CachedOrganization
 from hybridmem.errors import HybridMemError
 from hybridmem.events import Observer
 from hybridmem.geometry import Geometry, ceil_div, geometry_from_config
-from hybridmem.organization import ORGANIZATIONS, make_organization
-from hybridmem.orgs import D0
+from hybridmem.memory.layouts import LAYOUTS, build, make_organization
+from hybridmem.memory.organization import MemoryOrganization
 from hybridmem.units import Units, derive_units
 from hybridmem.vllm_plugin import faults
 
@@ -70,7 +70,7 @@ class OrgSettings:
 
     def check(self) -> OrgSettings:
         """Validate every field; ValueError naming the offending value."""
-        if self.org not in ORGANIZATIONS:
+        if self.org not in LAYOUTS:
             raise ValueError(f"unknown organization {self.org!r}; expected one of "
                              f"{', '.join(ORG_NAMES)}")
         if not isinstance(self.budget, str) or not self.budget.strip():
@@ -233,35 +233,19 @@ def plan_org(settings: OrgSettings, geometry: Geometry, grid: int) -> OrgPlan:
     return OrgPlan(settings, units, grid, interval, capacity, budget.nominal_bytes)
 
 
-def build_org(plan: OrgPlan, observer: Observer | None) -> CachedOrganization:
-    """The organization of ``plan`` with its policy, reporting to ``observer``."""
+def build_org(plan: OrgPlan, observer: Observer | None) -> MemoryOrganization:
+    """The organization of ``plan`` with its policy, reporting to ``observer``. D0 runs on the
+    serving grid: its native unit is the plan's block, its interval the plan's."""
     s = plan.settings
     policy = s.policy()
-    if isinstance(plan.capacity, tuple):
-        u = plan.units
-        return D0(plan.capacity[0], plan.capacity[1], plan.grid * u.geometry.attn_bytes_per_token,
-                  u.d0_recurrent_unit_bytes, plan.grid, plan.interval, observer, **policy)
     units = plan.units
+    if isinstance(plan.capacity, tuple):
+        native = replace(units, d0_attn_tokens=plan.grid, d0_interval_tokens=plan.interval,
+                         d0_attn_unit_bytes=plan.grid * units.geometry.attn_bytes_per_token)
+        return build("D0", native, plan.capacity, observer, **policy)
     budget = parse_budget(s.budget, units)
-    org = make_organization(s.org, units, plan_budget(units, budget, s.attention_fraction),
-                            observer, **policy)
-    _decode_lines_with_own_slots(org)
-    return org
-
-
-def _decode_lines_with_own_slots(org: CachedOrganization) -> None:
-    """Shim: ``CachedOrganization._conv_pages`` decodes S2 lines with the default 16 slots per
-    slab; the tiny model's slabs have 32 (``cached_org`` decodes with 16).
-    Bind a per-instance version that decodes with the organization's own slot count. Identical
-    to the method when the slab has 16 slots or once the method is fixed."""
-    if org.slabs is None or org.slabs.slots_per_slab == 16:
-        return
-    slots = org.slabs.slots_per_slab
-
-    def _conv_pages(ck: Any) -> list[int]:
-        return [ck.conv // slots] if ck.conv >= 0 else []
-
-    org._conv_pages = _conv_pages  # type: ignore[method-assign]
+    return make_organization(s.org, units, plan_budget(units, budget, s.attention_fraction),
+                             observer, **policy)
 
 
 def max_request_need(plan: OrgPlan, tokens: int) -> int:

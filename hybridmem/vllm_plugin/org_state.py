@@ -23,7 +23,7 @@ and align mode's boundary copy (``mamba_utils.collect_mamba_copy_meta``, before 
 between organization addresses, skipped where both positions hold one block id (D0: the
 positions of one checkpoint interval). vLLM's own Mamba rows are neither read nor written.
 
-Storage per layer (:class:`~hybridmem.vllm_plugin.org_storage.LayerStore`): a private zeroed
+Storage per layer (:class:`~hybridmem.vllm_plugin.layer_store.LayerStore`): a private zeroed
 arena ``[num_pages, page_bytes]``, or -- ``arena mode "shared"`` with the organization grid of
 :mod:`.org_geometry` -- the layer's slice of vLLM's one KV buffer itself, org page ``p`` being
 block ``p + 1`` (the bytes attention block ``p + 1`` of the same layer would use). D0's
@@ -39,7 +39,7 @@ must not change; with it off, they do (the negative control).
 Fault ``swap-members`` (:mod:`.faults`): S1/S2 reads take member pages 0 and 1 swapped.
 
 On CPU the copies use the torch references of ``kernels/checkpoint_copy``; on a CUDA device the
-Triton kernels. The GPU path is untested: no device was lent to the session that wrote it.
+Triton kernels. The GPU path is untested: the project's test machines have no CUDA device.
 Speculative decoding (more than one state index per decode row) and in-forward prefill
 checkpoints (``checkpoint_meta``; the grid of :mod:`.org_geometry` turns them off) are refused.
 The wrapper does host work per step (block ids -> addresses), so run with ``enforce_eager``:
@@ -58,8 +58,8 @@ import torch
 
 from hybridmem.vllm_plugin import faults, state_table
 from hybridmem.vllm_plugin.boundary_export import Sink, boundary_capture
+from hybridmem.vllm_plugin.layer_store import LayerStore, StateSizes, Tables
 from hybridmem.vllm_plugin.org_geometry import PAGES_ATTR
-from hybridmem.vllm_plugin.org_storage import LayerStore, StateSizes, Tables
 from hybridmem.vllm_plugin.resident import RESIDENT
 from hybridmem.vllm_plugin.state_table import StateLayout, StateTable
 

@@ -37,7 +37,7 @@ from typing import NamedTuple
 
 import torch
 
-from hybridmem.vllm_plugin.org_storage import LayerStore, Tables
+from hybridmem.vllm_plugin.layer_store import LayerStore, Tables
 from hybridmem.vllm_plugin.state_table import StateAddress, StateTable
 
 Key = tuple[int, StateAddress]

@@ -1,12 +1,12 @@
 """Gather/scatter of whole checkpoints (SSM member pages + conv line) to/from an arena."""
 
-from kernels.checkpoint_copy.kernel import (
+from hybridmem.kernels.checkpoint_copy.kernel import (
     gather_checkpoint,
     gather_pages,
     scatter_checkpoint,
     scatter_pages,
 )
-from kernels.checkpoint_copy.reference import (
+from hybridmem.kernels.checkpoint_copy.reference import (
     gather_checkpoint_ref,
     gather_pages_ref,
     scatter_checkpoint_ref,

@@ -16,7 +16,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.paging import (
+from hybridmem.kernels.paging import (
     check_index,
     check_pool,
     check_table_values,
@@ -129,7 +129,8 @@ def gather_checkpoint(
     """Copy each sequence's SSM members and conv line into contiguous arena rows.
 
     ``ssm_pool`` ``[num_pages, E]``, ``member_pages`` ``[batch, members]``; ``line_pool``
-    ``[num_lines, slot_elems]`` (see :func:`kernels.paging.slab_lines`), ``lines`` ``[batch]``;
+    ``[num_lines, slot_elems]`` (see :func:`hybridmem.kernels.paging.slab_lines`), ``lines``
+    ``[batch]``;
     ``ssm_arena`` ``[batch, heads * head_dim * d_state]``, ``conv_arena``
     ``[batch, conv_dim * (d_conv - 1)]``. A negative line skips only that conv copy; a negative
     page row skips only the SSM copy.

@@ -13,8 +13,8 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.paging import check_index, check_pool, check_table_values, check_writes_safe
-from kernels.triton_utils import NATIVE_CAST, cast_rtne
+from hybridmem.kernels.paging import check_index, check_pool, check_table_values, check_writes_safe
+from hybridmem.kernels.triton_utils import NATIVE_CAST, cast_rtne
 
 FLOAT_DTYPES = (torch.float32, torch.bfloat16)
 BLOCK_C = 256
@@ -96,11 +96,11 @@ def conv_slot_update(
     """Causal conv1d decode step with conv state ``[conv_dim, d_conv - 1]`` in slot lines.
 
     line_pool: ``[num_lines, slot_elems]`` fp32/bf16 (a slab page pool viewed through
-        :func:`kernels.paging.slab_lines`; line ``l = 16 p + s``); ``slot_stride`` is its row
-        stride, so ``addr = base + l * slot_stride + c * (d_conv - 1) + k``.
+        :func:`hybridmem.kernels.paging.slab_lines`; line ``l = 16 p + s``); ``slot_stride`` is
+        its row stride, so ``addr = base + l * slot_stride + c * (d_conv - 1) + k``.
     src_lines / dst_lines: ``[batch]`` int32/int64. ``dst_lines`` None: in place. A negative
-        source line (:data:`kernels.paging.NO_LINE`) skips the sequence; its destination must
-        then be negative too.
+        source line (:data:`hybridmem.kernels.paging.NO_LINE`) skips the sequence; its
+        destination must then be negative too.
     x: ``[batch, conv_dim]``; weight ``[conv_dim, d_conv]``; bias ``[conv_dim]`` or None.
     silu: apply SiLU to the output. out: ``[batch, conv_dim]``, zeros of ``x.dtype`` if None.
     validate: check line ids on the host (one device sync); pass False on a hot path.

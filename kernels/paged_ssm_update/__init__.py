@@ -1,7 +1,7 @@
 """Paged Mamba2 single-token selective state update (state in member pages of a shared pool)."""
 
-from kernels.paged_ssm_update.kernel import paged_selective_state_update
-from kernels.paged_ssm_update.reference import (
+from hybridmem.kernels.paged_ssm_update.kernel import paged_selective_state_update
+from hybridmem.kernels.paged_ssm_update.reference import (
     SsmParams,
     expand_params,
     paged_selective_state_update_ref,

@@ -17,15 +17,15 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.paged_ssm_update.reference import SsmParams, expand_params
-from kernels.paging import (
+from hybridmem.kernels.paged_ssm_update.reference import SsmParams, expand_params
+from hybridmem.kernels.paging import (
     check_index,
     check_pool,
     check_table_values,
     check_writes_safe,
     num_members,
 )
-from kernels.triton_utils import NATIVE_CAST, cast_rtne
+from hybridmem.kernels.triton_utils import NATIVE_CAST, cast_rtne
 
 FLOAT_DTYPES = (torch.float32, torch.bfloat16)  # state and output dtypes (cast_rtne covers both)
 

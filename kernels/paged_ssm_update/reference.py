@@ -9,7 +9,7 @@ from typing import NamedTuple
 
 import torch
 
-from kernels.checkpoint_copy.reference import gather_pages_ref, scatter_pages_ref
+from hybridmem.kernels.checkpoint_copy.reference import gather_pages_ref, scatter_pages_ref
 
 SOFTPLUS_THRESHOLD = 20.0  # softplus(dt) = dt above this, as in Mamba2 / vLLM
 

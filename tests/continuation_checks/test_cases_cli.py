@@ -7,7 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from continuation_checks.cases import Case, check_case, load_cases, make_cases
+from continuation_checks.cases import (
+    EDGE_SHAPES,
+    Case,
+    check_case,
+    edge_lengths,
+    load_cases,
+    make_cases,
+    make_edge_cases,
+)
 from hybridmem.cli.main import main
 from hybridmem.errors import HybridMemError
 
@@ -28,6 +36,27 @@ def test_seeded_cases_are_deterministic_and_valid():
     assert max(len(b) for b in per_prompt.values()) >= 2
     fam0 = [c.prompt for c in a if c.family == 0]
     assert len({p for p in fam0}) >= 2 and len(fam0) >= 2
+
+
+def test_edge_cases_sit_on_exact_block_boundaries():
+    a = make_edge_cases(64, 3, VOCAB, GRID, LIMIT)
+    assert a == make_edge_cases(64, 3, VOCAB, GRID, LIMIT)
+    assert len(a) == 64 and [c.case for c in a] == list(range(64))
+    shapes = set()
+    for c in a:
+        check_case(c, GRID, VOCAB, LIMIT)
+        (shape,) = [k for k, n in edge_lengths(c.boundary, GRID).items() if n == c.prompt_len]
+        shapes.add((c.boundary, shape))
+    # every boundary the limit allows, in each shape that fits: at L - 1, a block multiple, and
+    # mid-block (LIMIT - 16 = 1008 leaves out only b = 896 with L = 1024)
+    want = {(b, k) for b in range(GRID, 1008, GRID) for k in EDGE_SHAPES
+            if edge_lengths(b, GRID)[k] <= 1008}
+    assert shapes == want and len(want) == 7 * 3 - 1
+    assert {c.prompt_len % GRID for c in a} == {1, 0, GRID // 2}
+    # negative control: the random-length generator puts almost no case on these edges
+    seeded = make_cases(64, 3, VOCAB, GRID, LIMIT)
+    on_edge = [c for c in seeded if c.prompt_len - c.boundary in (1, GRID, GRID // 2)]
+    assert len(on_edge) < len(seeded) // 4
 
 
 @pytest.mark.parametrize(("case", "match"), [
@@ -76,7 +105,9 @@ def test_cases_file_round_trip_and_errors(tmp_path: Path):
     (["--org", "S2", "--fault", "boundary-shift"], "--fault boundary-shift: a fault of the "
      "stock path; it needs --org vllm"),
     (["--fault", "bogus"], "--fault 'bogus': not one of"),
-    (["--cases-file", "/nonexistent/cases.jsonl"], "no such file"),
+    (["--cases-file", "/nonexistent/cases.jsonl"], "does not exist"),
+    (["--cases-file", "/dev/zero"], "is not a regular file (a device or pipe could be endless)"),
+    (["--edges", "--cases-file", "/dev/zero"], "--edges makes the seeded cases"),
     (["--cases", "ten"], "invalid int value: 'ten'"),
 ])
 def test_cli_bad_inputs_exit_2_with_one_line(args: list[str], needle: str, tmp_path: Path,

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import torch
 
-from continuation_checks.storage import OrgStore
+from continuation_checks.state_readers import OrgStore
 from hybridmem.vllm_plugin.state_table import StateAddress, StateLayout, StateTable
 
 CONV_SHAPE, SSM_SHAPE = (3, 64), (4, 16, 32)  # 768 B and 8,192 B in float32
@@ -42,7 +42,7 @@ class FakeMamba:
 
 
 def place(store: Any, a: StateAddress, conv: torch.Tensor, ssm: torch.Tensor) -> None:
-    """Write one checkpoint into the raw pages, following the layout docstring of org_storage."""
+    """Write one checkpoint into the raw pages, following the layout docstring of layer_store."""
     pages, lay = store.pages, store.layout
     cb, sb = conv.reshape(-1).view(torch.uint8), ssm.reshape(-1).view(torch.uint8)
     if lay.conv == "inside":

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from hybridmem.geometry import ceil_div, next_pow2
-from hybridmem.vllm_plugin.org_storage import StateSizes
+from hybridmem.vllm_plugin.layer_store import StateSizes
 from hybridmem.vllm_plugin.state_table import StateAddress, StateLayout, StateTable
 
 

@@ -1,4 +1,4 @@
-"""CLI 'run' in organization mode: every new option is validated before any work (issue 11)."""
+"""CLI 'run' in organization mode: every option is validated before any work."""
 
 from __future__ import annotations
 

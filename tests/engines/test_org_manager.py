@@ -1,4 +1,4 @@
-"""The organization-backed KV-cache manager, model-free: no weights, no engine (issue 11).
+"""The organization-backed KV-cache manager, model-free: no weights, no engine.
 
 The manager is driven the way vLLM's Scheduler drives it (lookup, allocate_slots, free) with
 stand-in requests, on a hand-made geometry (a = 512 B/token, 8 KiB SSM state, grid 32 tokens:

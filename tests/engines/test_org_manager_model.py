@@ -90,14 +90,14 @@ class Model:
         ga, gr = org.attention_grid, org.recurrent_grid
         blocks = max(0, cdiv(check, ga) - len(hit.blocks))
         ckpts = sum(1 for b in range(gr, cdiv(check, gr) * gr + 1, gr) if b > hit.j)
-        units = org._ckpt_units(ckpts)
+        units = org.ckpt_units(ckpts)
         apool, rpool = org.pool_for(StateKind.ATTENTION), org.pool_for(StateKind.RECURRENT)
         taken_a = len({p for p in hit.blocks if apool.refs(p) == 0})
         taken_r = 0
         if hit.checkpoint is not None:
             ck = org.rec_index.get(hit.checkpoint.key)
             if ck is not None:
-                taken_r = len({p for p in org._ckpt_pages(ck) if rpool.refs(p) == 0})
+                taken_r = len({p for p in org.ckpt_pages(ck) if rpool.refs(p) == 0})
         ha, hr = self.headroom
         if self.shared:
             return blocks + units + ha <= apool.num_available - taken_a - taken_r
@@ -108,7 +108,7 @@ class Model:
     def fit(self, rid: str, start: int, end: int) -> int:
         org = self.org
         ga, gr = org.attention_grid, org.recurrent_grid
-        others = sum(len(set(org._ckpt_pages(ck))) for ck, owner in org.pins.values()
+        others = sum(len(set(org.ckpt_pages(ck))) for ck, owner in org.pins.values()
                      if owner != rid)
         a_tot = org.pool_for(StateKind.ATTENTION).total
         r_tot = org.pool_for(StateKind.RECURRENT).total
@@ -117,7 +117,7 @@ class Model:
 
         def fits(e: int) -> bool:
             n = sum(1 for b in range(gr, cdiv(e, gr) * gr + 1, gr) if b > base) + (base > 0)
-            units = org._ckpt_units(n)
+            units = org.ckpt_units(n)
             if self.shared:
                 return cdiv(e, ga) + units + ha <= a_tot - others
             return cdiv(e, ga) + ha <= a_tot and units + hr <= r_tot - others

@@ -1,4 +1,4 @@
-"""S2 inside vLLM against transformers' greedy generation, cold and warm (issue 11).
+"""S2 inside vLLM against transformers' greedy generation, cold and warm.
 
 The prompts and the reference are test_parity's (three prompts over one 256-token shared
 prefix). The warm pass adopts attention blocks and Mamba checkpoints that S2 published during the
@@ -110,7 +110,7 @@ def test_stale_checkpoint_on_the_warm_pass(tiny_model: Path,
     _, warm, (_, faults, *_), _, _ = _passes(tiny_model, fault="stale-checkpoint")
     assert faults >= 1
     if warm == reference and getattr(tm, "MODEL_VERSION", 1) < 2:
-        pytest.xfail("the tiny model v1 forgets its SSM state (issue 11 item 4)")
+        pytest.xfail("the tiny model v1 forgets its SSM state")
     assert warm != reference
 
 

@@ -1,4 +1,4 @@
-"""S0/S1/S2/D0 serve real requests inside vLLM's scheduler (issue 11): tokens, traces, faults.
+"""S0/S1/S2/D0 serve real requests inside vLLM's scheduler: tokens, traces, faults.
 
 Every run is the same shared-prefix workload (12 requests arriving together, prompts up to ~900
 tokens on a 1,024 model limit, share 0.8) at a small budget, on each organization's own grid (S0-S2

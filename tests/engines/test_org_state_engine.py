@@ -97,7 +97,7 @@ def reference(llm: Any) -> list[list[int]]:
 
 def _count_copies(monkeypatch: pytest.MonkeyPatch, skip: bool = False) -> list[int]:
     """Count LayerStore.copy calls (align mode's boundary copies); ``skip``: do not copy."""
-    from hybridmem.vllm_plugin.org_storage import LayerStore
+    from hybridmem.vllm_plugin.layer_store import LayerStore
 
     calls = [0]
     original = LayerStore.copy

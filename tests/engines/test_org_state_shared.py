@@ -107,7 +107,7 @@ def test_overwriting_the_shared_pages_changes_tokens(shared_llm: Any,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """Only pages that held checkpoints are overwritten (attention blocks live in the same
     buffer and must stay intact, or the control would not isolate the recurrent state)."""
-    from hybridmem.vllm_plugin.org_storage import LayerStore
+    from hybridmem.vllm_plugin.layer_store import LayerStore
 
     require_state_sensitive_model()
     good, _ = _serve(shared_llm, "S0")

@@ -13,7 +13,7 @@ import random
 import pytest
 import torch
 
-from hybridmem.vllm_plugin.org_storage import LayerStore, StateSizes, check_layout, word_bytes
+from hybridmem.vllm_plugin.layer_store import LayerStore, StateSizes, check_layout, word_bytes
 from hybridmem.vllm_plugin.state_table import NO_ADDRESS_LINE, StateAddress, StateLayout
 
 NUM_PAGES = 40
@@ -188,9 +188,9 @@ def test_layouts_that_do_not_fit_are_refused_with_numbers() -> None:
 @pytest.mark.parametrize(("org", "members", "spp"), CASES,
                          ids=[f"{o}-m{m}-spp{s}" for o, m, s in CASES])
 def test_cpu_page_copies_equal_the_kernel_reference(org: str, members: int, spp: int) -> None:
-    """org_storage's CPU copies against kernels/checkpoint_copy's reference, on every pool."""
-    from hybridmem.vllm_plugin.org_storage import gather_pages_cpu, scatter_pages_cpu
-    from kernels.checkpoint_copy.reference import gather_pages_ref, scatter_pages_ref
+    """layer_store's CPU copies against kernels/checkpoint_copy's reference, on every pool."""
+    from hybridmem.kernels.checkpoint_copy.reference import gather_pages_ref, scatter_pages_ref
+    from hybridmem.vllm_plugin.layer_store import gather_pages_cpu, scatter_pages_cpu
 
     layout, sizes = _case(org, members, spp)
     gen = torch.Generator().manual_seed(members * 100 + spp)

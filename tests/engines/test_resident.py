@@ -18,7 +18,7 @@ import random
 import pytest
 import torch
 
-from hybridmem.vllm_plugin.org_storage import LayerStore
+from hybridmem.vllm_plugin.layer_store import LayerStore
 from hybridmem.vllm_plugin.resident import Residency
 from hybridmem.vllm_plugin.state_table import StateAddress, StateTable
 from tests.engines.test_org_state_storage import NUM_PAGES, _addresses, _case

@@ -1,4 +1,4 @@
-"""Traced serving runs on CPU vLLM with the tiny model (issue 5, deliverable 9).
+"""Traced serving runs on CPU vLLM with the tiny model.
 
 One module-scoped set of runs (8 requests each, same seed and workload):
   traced      prefix caching on, trace on

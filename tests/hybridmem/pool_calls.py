@@ -7,7 +7,7 @@ from typing import Any
 
 from benchmarks.bench_allocator import workload
 from hybridmem.geometry import PRESETS
-from hybridmem.page_pool import PagePool
+from hybridmem.memory.pool import PagePool
 from hybridmem.units import derive_units
 
 U = derive_units(PRESETS["falcon-h1-7b"])

@@ -7,8 +7,8 @@ import pytest
 
 from hybridmem.events import EventKind, RecordingObserver, StateKind
 from hybridmem.geometry import PRESETS
-from hybridmem.hashing import hash_chain, hash_chain_pair
-from hybridmem.organization import build
+from hybridmem.memory.keys import hash_chain, hash_chain_pair
+from hybridmem.memory.layouts import build
 from hybridmem.units import derive_units
 
 U = derive_units(PRESETS["falcon-h1-7b"])
@@ -85,7 +85,7 @@ def _pool_state(pool):
 
 def _cached_pool():
     """Pages 0-5 taken, held once, released in order: all six cached, oldest first."""
-    from hybridmem.page_pool import PagePool
+    from hybridmem.memory.pool import PagePool
     pool = PagePool("t", 8)
     pages = pool.take_many(6)
     pool.hold_many(pages)
@@ -114,9 +114,9 @@ def test_incref_many_and_unhold_many_equal_one_page_at_a_time(pages):
 def _s2_checkpoints(geometry, decoder=None, monkeypatch=None):
     """S2 on ``geometry`` with 40 small requests (slabs fill, empty and get reused); returns
     (line, conv_page) of every live checkpoint and the slots per slab."""
-    from hybridmem import conv_slab
+    from hybridmem.memory import placement
     if decoder is not None:
-        monkeypatch.setattr(conv_slab, "decode_line", decoder)
+        monkeypatch.setattr(placement, "decode_line", decoder)
     units = derive_units(PRESETS[geometry])
     org = build("S2", units, 96)
     g = org.attention_grid
@@ -142,9 +142,9 @@ def test_s2_conv_page_is_the_decoded_line():
 
 
 def test_s2_conv_page_follows_the_decoder(monkeypatch):
-    """Negative control: the page is what ``conv_slab.decode_line`` says (the seam the mutants
+    """Negative control: the page is what ``placement.decode_line`` says (the seam the mutants
     patch): a decoder that assumes 16 slots on granite's 32-slot slabs gives other pages."""
-    from hybridmem.conv_slab import SlotRef
+    from hybridmem.memory.placement import SlotRef
 
     def decode16(line, slots_per_slab):
         return None if line < 0 else SlotRef(*divmod(line, 16))
@@ -155,101 +155,3 @@ def test_s2_conv_page_follows_the_decoder(monkeypatch):
         assert "hold on free page" in str(exc) or "references" in str(exc), exc
     else:
         assert any(page != line // slots for line, page in got)
-
-
-# -- allocate's inline admission --------------------------------------------------------------
-# allocate reads the pools, available units, fit and checkpoint units in its own frame where
-# ``available``, ``_pools_for``, ``_fits_in``, ``_ckpt_units``, ``_ckpt_pool`` (and D0's
-# ``DualPools.pool_for``) are the organization's own definitions, decided at construction.
-
-_ADMISSION = ("available", "_pools_for", "_fits_in", "_ckpt_units", "_ckpt_pool")
-
-
-CAP = {"S0": 8, "S1": 20, "S2": 18, "D0": (200, 3)}  # small: some growth is rejected
-
-
-def _mix(org):
-    """Requests admitted and grown while the earlier ones still hold their storage (some
-    growth rejected, some reclaim), then finished; every allocate result and pool state."""
-    out = []
-    for i in range(12):
-        rid = f"r{i}"
-        org.add_request(rid, [(i % 3) * 1000 + t for t in range(700 + 150 * i)])
-        org.adopt(rid, org.lookup(rid))
-        for n in (300, 700 + 150 * i):
-            res = org.allocate(rid, n)
-            out.append((tuple(res), [p.num_available for p in org.pools()]))
-            if not res.ok:
-                org.release(rid)
-                break
-            org.publish(rid, n)
-            org.release_superseded(rid)
-        if i % 3 == 2:
-            for j in range(i - 2, i + 1):
-                if org.requests[f"r{j}"].blocks:
-                    org.finish(f"r{j}")
-    return out
-
-
-@pytest.mark.parametrize("name", ["S0", "S1", "S2", "D0"])
-def test_inline_admission_answers_what_the_methods_answer(name, monkeypatch):
-    org = build(name, U, CAP[name])
-    assert org._fixed_pools == org._pools_for(1, 1) and org._fixed_ckpt_pool is org._ckpt_pool()
-    assert org._units_each == (0 if name == "S2" else org._ckpt_units(1))
-    inline = _mix(org)
-    cls = type(org)
-    for attr in _ADMISSION:  # the same definitions, redefined: allocate calls them
-        fn = getattr(cls, attr)
-        monkeypatch.setattr(cls, attr, lambda self, *a, _fn=fn: _fn(self, *a))
-    called = build(name, U, CAP[name])
-    assert called._fixed_pools is None and called._fixed_ckpt_pool is None
-    assert called._units_each == 0
-    assert _mix(called) == inline
-    # negative control: a fit that asks one more unit of each kind changes the results
-    fits = cls._fits_in
-    monkeypatch.setattr(cls, "_fits_in", lambda self, need, a, r: fits(
-        self, type(need)(need[0] + 1, need[1] + 1), a, r))
-    assert _mix(build(name, U, CAP[name])) != inline
-
-
-@pytest.mark.parametrize("attr", _ADMISSION)
-@pytest.mark.parametrize("name", ["S0", "D0"])
-def test_redefined_admission_method_is_called(name, attr, monkeypatch):
-    cls = type(build(name, U, CAP[name]))
-    fn, calls = getattr(cls, attr), []
-
-    def counted(self, *args):
-        calls.append(attr)
-        return fn(self, *args)
-
-    monkeypatch.setattr(cls, attr, counted)
-    _mix(build(name, U, CAP[name]))
-    assert calls  # redefined at construction: asked
-    # negative control: redefined only after construction, the inline path does not ask it
-    monkeypatch.setattr(cls, attr, fn)
-    org = build(name, U, CAP[name])
-    monkeypatch.setattr(cls, attr, counted)
-    calls.clear()
-    _mix(org)
-    assert not calls
-
-
-def test_d0_asks_a_redefined_dual_pool_for(monkeypatch):
-    from hybridmem.dual_pools import DualPools
-    orig, needs = DualPools.pool_for, []
-
-    def pool_for(self, kind, need=0):
-        needs.append(need)
-        return orig(self, kind, need)
-
-    monkeypatch.setattr(DualPools, "pool_for", pool_for)
-    org = build("D0", U, CAP["D0"])
-    assert org._fixed_pools is None
-    _mix(org)
-    assert any(needs)  # asked with the needs
-    monkeypatch.setattr(DualPools, "pool_for", orig)  # negative control: the module's own
-    org = build("D0", U, CAP["D0"])
-    monkeypatch.setattr(DualPools, "pool_for", pool_for)
-    needs.clear()
-    _mix(org)
-    assert not any(needs)

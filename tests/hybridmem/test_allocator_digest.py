@@ -5,9 +5,9 @@ the same results as the recording path (each equality beside its negative contro
 import pytest
 
 from benchmarks.allocator_digest import POLICIES, DigestObserver, lru_fault, random_ops
-from hybridmem.cached_org import CachedOrganization
 from hybridmem.events import NullObserver
 from hybridmem.geometry import PRESETS
+from hybridmem.memory.organization import MemoryOrganization
 from hybridmem.units import derive_units
 
 U = derive_units(PRESETS["falcon-h1-7b"])
@@ -37,12 +37,12 @@ def test_null_observer_path_agrees_with_recording_path(name, monkeypatch):
     _, null = digest(name, policy, NullObserver())
     assert null == recorded
     # negative control: a fault only on the non-emitting path is seen
-    orig = CachedOrganization.publish
+    orig = MemoryOrganization.publish
 
     def publish(self, request_id, num_computed):
         out = orig(self, request_id, num_computed)
         return out if self._emitting else out[:-1]
 
-    monkeypatch.setattr(CachedOrganization, "publish", publish)
+    monkeypatch.setattr(MemoryOrganization, "publish", publish)
     _, null_faulty = digest(name, policy, NullObserver())
     assert null_faulty != recorded

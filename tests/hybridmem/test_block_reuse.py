@@ -1,4 +1,4 @@
-"""Session 6 (issue 15 item 3): a forgotten block's object is reused by the next block on its
+"""A forgotten block's object is reused by the next block on its
 page, and publish passes only the blocks within ``computed``. Same events, pool watcher calls
 and results as building a new block every time, beside a negative control (a reuse that hands a
 page the block of another page is told apart)."""
@@ -7,9 +7,10 @@ import pytest
 
 from benchmarks.bench_allocator import run_mix
 from hybridmem.budget import parse_budget, plan_budget
-from hybridmem.cached_org import Block, CachedOrganization
 from hybridmem.events import RecordingObserver
-from hybridmem.organization import build
+from hybridmem.memory.blocks import Block
+from hybridmem.memory.layouts import build
+from hybridmem.memory.organization import MemoryOrganization
 
 from .pool_calls import PROMPTS, U, record_pool_calls
 
@@ -34,10 +35,11 @@ def _run(org_name, monkeypatch, spare_cls=None):
         calls = record_pool_calls(m)
         if spare_cls is not None:
             def spare(self, pool):
-                lst = spare_cls([None] * pool.total)
-                self.spare_blocks[pool.name] = lst
+                lst = self.spare_blocks.get(pool.name)
+                if lst is None:
+                    lst = self.spare_blocks[pool.name] = spare_cls([None] * pool.total)
                 return lst
-            m.setattr(CachedOrganization, "_spare", spare)
+            m.setattr(MemoryOrganization, "_spare", spare)
         real_block_init = Block.__init__
         built = []
 

@@ -26,7 +26,7 @@ def test_help_imports_no_torch_vllm_or_duckdb():
 
 def test_spelled_names_equal_their_sources():
     from hybridmem.cli.run import FAULT_NAMES
-    from hybridmem.sim.orgs import CHUNKINGS, DEFAULT_CHUNKING, ORGS
+    from hybridmem.sim.schedulers import CHUNKINGS, DEFAULT_CHUNKING, ORGS
     from hybridmem.vllm_plugin.faults import FAULTS
 
     assert FAULT_NAMES == tuple(FAULTS)

@@ -1,4 +1,4 @@
-"""Config reading prices only what the config states (issue 14): a missing group or conv field
+"""Config reading prices only what the config states: a missing group or conv field
 is refused by name, a model without attention (or without Mamba) layers is not a hybrid, and
 ``mamba_ssm_cache_dtype`` sets the SSM state's dtype."""
 

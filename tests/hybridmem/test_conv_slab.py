@@ -2,7 +2,7 @@
 
 import pytest
 
-from hybridmem.conv_slab import NO_LINE, SlabTable, SlotRef, decode_line, encode_line
+from hybridmem.memory.placement import NO_LINE, SlabTable, SlotRef, decode_line, encode_line
 
 
 def test_line_ids_use_the_real_page_id():

@@ -5,7 +5,7 @@ import struct
 import pytest
 
 from hybridmem.events import StateKind
-from hybridmem.hashing import chunk_hash, extra_keys, hash_chain, hash_chain_pair, token_array
+from hybridmem.memory.keys import chunk_hash, extra_keys, hash_chain, hash_chain_pair, token_array
 
 A, R = StateKind.ATTENTION, StateKind.RECURRENT
 TOKENS = list(range(1, 2049))  # four 512-token chunks
@@ -59,7 +59,7 @@ def _reference_chain(kind, tokens, grid, extra=(), parent=0, start=0, token_fmt=
     import hashlib
     import struct
 
-    from hybridmem.hashing import _encode_extra
+    from hybridmem.memory.keys import _encode_extra
 
     keys = []
     for lo in range(start, len(tokens) - grid + 1, grid):

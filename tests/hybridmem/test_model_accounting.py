@@ -16,7 +16,7 @@ import pytest
 from hybridmem.budget import BudgetError, parse_budget, parse_total, plan_budget
 from hybridmem.cli.main import main
 from hybridmem.geometry import PRESETS, SHIPPED, geometry_from_config
-from hybridmem.storage import model_bytes
+from hybridmem.storage_cost import model_bytes
 from hybridmem.units import derive_units
 
 FAMILIES = ("falcon-h1-7b", "granite-4.0-h-micro", "nemotron-h-8b")

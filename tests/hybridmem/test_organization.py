@@ -5,11 +5,11 @@ import random
 import pytest
 
 from hybridmem.budget import parse_budget, plan_budget
-from hybridmem.conv_slab import NO_LINE
 from hybridmem.errors import HybridMemError
 from hybridmem.events import Cause, EventKind, Outcome, RecordingObserver, StateKind
 from hybridmem.geometry import PRESETS
-from hybridmem.organization import ORGANIZATIONS, build, make_organization
+from hybridmem.memory.layouts import LAYOUTS, build, make_organization
+from hybridmem.memory.placement import NO_LINE
 from hybridmem.units import derive_units
 from invariants.stateful import expected_bytes
 
@@ -40,8 +40,8 @@ def kinds(obs, kind):
 
 def test_registry_and_plan_capacities():
     plan = plan_budget(U, parse_budget("b63", U))
-    assert sorted(ORGANIZATIONS) == ["D0", "S0", "S1", "S2"]
-    sizes = {n: make_organization(n, U, plan).available() for n in ORGANIZATIONS}
+    assert sorted(LAYOUTS) == ["D0", "S0", "S1", "S2"]
+    sizes = {n: make_organization(n, U, plan).available() for n in LAYOUTS}
     # Table B-2 at b63: S0 63 pages, S1/S2 193 pages, D0 3,256 + 29 units
     assert sizes["S0"].attention == 63 and sizes["S1"].attention == sizes["S2"].attention == 193
     assert tuple(sizes["D0"]) == (3256, 29)
@@ -224,7 +224,7 @@ def test_retention_below_threshold_releases():
     assert set(org.requests["p"].ckpts) == {1536, 2048}
 
 
-@pytest.mark.parametrize("name", sorted(ORGANIZATIONS))
+@pytest.mark.parametrize("name", sorted(LAYOUTS))
 def test_events_carry_keys_depths_and_ids(name):
     org, obs = org_with(name, (4000, 8) if name == "D0" else 64)
     serve(org, "a", CTX[:4000])
@@ -247,7 +247,7 @@ def test_release_is_not_reassignment():
     assert org.held().attention == 1 and org.held().recurrent == 1  # still cached
 
 
-@pytest.mark.parametrize("name", sorted(ORGANIZATIONS))
+@pytest.mark.parametrize("name", sorted(LAYOUTS))
 def test_accounting_matches_storage_formula(name):
     """After a random operation mix, allocated bytes equal the SPEC §3 formula for held()."""
     rng = random.Random(7)
@@ -314,13 +314,13 @@ def test_publish_republishes_a_held_block_after_invalidation(name):
     assert kinds(obs, EventKind.PUBLICATION)[-1].hash == victim
 
 
-@pytest.mark.parametrize("name", ORGANIZATIONS)
+@pytest.mark.parametrize("name", LAYOUTS)
 def test_tokens_are_held_as_int64_and_a_bad_token_changes_nothing(name):
     """A request's tokens are an int64 array (``hashing.token_array``) with the keys of the same
     list; a token that is not an int64 is refused before anything is registered or appended."""
     from array import array
 
-    from hybridmem.hashing import hash_chain_pair
+    from hybridmem.memory.keys import hash_chain_pair
 
     org, _ = org_with(name, (4000, 8) if name == "D0" else 64)
     grids = org.attention_grid, org.recurrent_grid

@@ -1,4 +1,4 @@
-"""Never destroy the user's data (issue 14, item 2): outputs are written to a temporary file
+"""Never destroy the user's data: outputs are written to a temporary file
 and renamed, an output that is an input is refused, and a run clears its previous summary
 before it starts."""
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from hybridmem.page_pool import PagePool
+from hybridmem.memory.pool import PagePool
 
 
 def counts(pool):

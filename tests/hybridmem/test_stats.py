@@ -20,6 +20,7 @@ from hybridmem.stats import (
     sign_flip_p,
     t_cdf,
     t_quantile,
+    t_sf,
 )
 
 # ---------------------------------------------------------------------------------------------
@@ -130,6 +131,52 @@ def test_t_quantile_against_paper_constant_and_normal_limit():
         t_quantile(0.9, 0)
 
 
+# Values of the hand-written incomplete-beta/bisection implementation that scipy.stats.t replaced,
+# on fixed inputs; scipy must reproduce them to floating tolerance.
+OLD_QUANTILE = [
+    (0.6, 1, 0.3249196962329065),
+    (0.975, 2, 4.30265272974946),
+    (0.975, 5, 2.5705818356363133),
+    (0.995, 8, 3.355387331333395),
+    (0.9, 11, 1.36343031802054),
+    (0.975, 23, 2.0686576104190477),
+    (0.999, 3.5, 8.315567604516115),
+    (0.975, 100, 1.983971518523536),
+    (0.95, 100000.0, 1.6448688647849714),
+]
+OLD_CDF = [  # (t, df, cdf, sf)
+    (-3.0, 2, 0.0477329831333545, 0.9522670168666455),
+    (-0.5, 5, 0.3191494358204646, 0.6808505641795354),
+    (0.25, 1, 0.5779791303773693, 0.42202086962263075),
+    (1.0, 7, 0.8246916685898962, 0.17530833141010377),
+    (2.2, 11, 0.9749569445090979, 0.02504305549090208),
+    (4.0, 3, 0.9859957719949269, 0.014004228005073087),
+    (10.0, 30, 0.9999999999771237, 2.287625704114791e-11),
+    (40.0, 5, 0.9999999079401891, 9.205981085886443e-08),
+    (1.5, 10000.0, 0.9331770140881902, 0.0668229859118098),
+]
+
+
+def test_t_distribution_equals_the_replaced_implementation():
+    for p, df, old in OLD_QUANTILE:
+        assert t_quantile(p, df) == pytest.approx(old, rel=1e-13), (p, df)
+    for t, df, cdf, sf in OLD_CDF:
+        assert t_cdf(t, df) == pytest.approx(cdf, rel=1e-13), (t, df)
+        assert t_sf(t, df) == pytest.approx(sf, rel=1e-12), (t, df)
+    # negative control: one degree of freedom off moves every quantile far outside the tolerance
+    for p, df, old in OLD_QUANTILE[:-1]:
+        assert t_quantile(p, df + 1) != pytest.approx(old, rel=1e-6), (p, df)
+
+
+def test_t_distribution_refuses_what_scipy_answers_with_nan():
+    for bad in ((0.0, 5), (1.0, 5), (0.9, 0), (0.9, -1), (0.9, math.inf), (0.9, math.nan)):
+        with pytest.raises(ValueError):
+            t_quantile(*bad)
+    with pytest.raises(ValueError):
+        t_cdf(math.nan, 3)
+    assert t_cdf(math.inf, 3) == 1.0 and t_sf(math.inf, 3) == 0.0 and t_sf(0.0, 3) == 0.5
+
+
 # --- sign-flip and Holm ---------------------------------------------------------------------------
 
 def brute_sign_flip(d):
@@ -159,6 +206,39 @@ def test_sign_flip_equals_brute_force(case):
         d[-1] = -d[0] if n > 1 else d[-1]
         d = np.round(d, 2)
     assert sign_flip_p(d) == pytest.approx(brute_sign_flip(list(d)), abs=1e-15)
+
+
+def scipy_sign_flip(d):
+    """The exact p from scipy's permutation test: all 2^n sign flips of the one paired sample."""
+    from scipy.stats import permutation_test
+
+    res = permutation_test((np.asarray(d, dtype=float),),
+                           lambda x, axis: np.abs(np.mean(x, axis=axis)),
+                           permutation_type="samples", n_resamples=np.inf,
+                           alternative="greater", vectorized=True)
+    return float(res.pvalue)
+
+
+SCIPY_CASES = {
+    "twelve positive": np.linspace(0.05, 0.5, 12),
+    "g5 isolate ties": np.array([0.0048, 0.0, 0.0, 0.0, -0.0049, 0.0497]),
+    "integers with ties": np.array([1.0, 1.0, 1.0, -1.0, 2.0, -2.0, 3.0]),
+    **{f"normal n={n}": np.random.default_rng(n).normal(0.02, 0.05, n) for n in (3, 9, 13)},
+}
+
+
+@pytest.mark.parametrize("name", list(SCIPY_CASES))
+def test_sign_flip_equals_scipy_exact_permutation_test(name):
+    d = SCIPY_CASES[name]
+    assert sign_flip_p(d) == scipy_sign_flip(d)  # both exact counts over 2^n: equal, not close
+
+
+def test_sign_flip_scipy_reference_can_fail():
+    # negative control: a fault that drops one seed effect changes the exact p
+    d = SCIPY_CASES["normal n=9"]
+    assert sign_flip_p(d[:-1]) != scipy_sign_flip(d)
+    assert sign_flip_p(SCIPY_CASES["twelve positive"][:-1]) != scipy_sign_flip(
+        SCIPY_CASES["twelve positive"])
 
 
 def test_sign_flip_mixed_signs_and_degenerate():

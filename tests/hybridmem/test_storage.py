@@ -4,7 +4,7 @@ import pytest
 
 from hybridmem.errors import HybridMemError
 from hybridmem.geometry import PRESETS
-from hybridmem.storage import (
+from hybridmem.storage_cost import (
     bytes_s0,
     bytes_s1,
     bytes_s2,

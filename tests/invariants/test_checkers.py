@@ -4,10 +4,10 @@ from collections import deque
 
 import pytest
 
-from hybridmem.checkpoint import MISSING_PAGE
 from hybridmem.events import RecordingObserver
 from hybridmem.geometry import PRESETS
-from hybridmem.organization import build
+from hybridmem.memory.checkpoints import MISSING_PAGE
+from hybridmem.memory.layouts import build
 from hybridmem.units import derive_units
 from invariants.checkers import DebugOrganization, Invariant, InvariantViolation
 

@@ -1,6 +1,6 @@
 """Every organization's state machine on every geometry: both presets and synthetic geometries
-with 2..64 conv slots per slab and 1..4 SSM member pages (issue 14: S2 decoded conv lines with
-16 slots whatever the geometry, so granite-4.0-h-micro's 32-slot slabs failed at the first
+with 2..64 conv slots per slab and 1..4 SSM member pages (a conv line decoded with a fixed 16
+slots, whatever the geometry, fails granite-4.0-h-micro's 32-slot slabs at the first
 publish). Examples per case: ``GEOMETRY_EXAMPLES`` (default 8; the thorough profile runs 100).
 """
 
@@ -37,12 +37,12 @@ def test_state_machine_on_geometry(org, geo):
 def test_s2_on_granite_catches_a_decoder_that_assumes_16_slots(monkeypatch):
     """Negative control: with the old decoder (16 slots whatever the geometry) the S2 machine on
     granite-4.0-h-micro (32 slots per slab) fails; on Falcon-H1-7B (16) it cannot tell."""
-    from hybridmem import conv_slab
+    from hybridmem.memory import placement
 
     def decode16(line, slots_per_slab):
-        return None if line < 0 else conv_slab.SlotRef(*divmod(line, 16))
+        return None if line < 0 else placement.SlotRef(*divmod(line, 16))
 
-    monkeypatch.setattr(conv_slab, "decode_line", decode16)
+    monkeypatch.setattr(placement, "decode_line", decode16)
     with pytest.raises(Exception):  # noqa: B017 - any failure of the machine will do
         run_state_machine_as_test(
             machine_for("S2", GEOMETRIES["granite-4.0-h-micro"]),
@@ -52,7 +52,7 @@ def test_s2_on_granite_catches_a_decoder_that_assumes_16_slots(monkeypatch):
 
 
 def test_s2_reclaim_of_a_member_page_keeps_the_conv_line():
-    """Regression (issue 14): reclaiming a member page compared the checkpoint's conv LINE id
+    """Regression: reclaiming a member page compared the checkpoint's conv LINE id
     with the page id (an S1 rule); when they happened to be equal the line was dropped and the
     slot stayed occupied by a forgotten checkpoint. Two slots per slab make line ids as small as
     page ids, so the derandomized machine meets the collision within 15 programs (it failed

@@ -149,7 +149,7 @@ def test_serving_mutation_score() -> None:
 
 def test_core_seam_mutants_resolve() -> None:
     """The memory-core demonstration (``invariants/core_seam_mutants.py``): its seams exist
-    (when the core moves, change the module in ``CO``; qualnames and operators stay)."""
+    (when the core moves, its seams move; the operators stay)."""
     from invariants.core_seam_mutants import CORE_MUTANTS
 
     check_seams(CORE_MUTANTS)

@@ -3,9 +3,10 @@
 The organizations have one implementation of each operation: no compiled twin, and no loop
 chosen by whether a pool watcher or an observer is attached. So:
 
-* every line of ``hybridmem/cached_org.py`` that an untraced run executes (no observer, no
-  watcher: how serving and simulation run) is executed by the same operations under the
-  watchers and the recording observer the state machines and ``--check-invariants`` attach;
+* every line of the memory core (``hybridmem/memory/``) that an untraced run executes (no
+  observer, no watcher: how serving and simulation run) is executed by the same operations
+  under the watchers and the recording observer the state machines and
+  ``--check-invariants`` attach;
   negative control: a twin chosen by the watcher (the shape the compiled loops had) is caught;
 * a bug planted in one shipped function (allocation's reclaim keeps the reclaimed block's key
   discoverable: its invalidation skipped) breaks an untraced run, fails the state machine and
@@ -22,17 +23,31 @@ from hypothesis.stateful import run_state_machine_as_test
 
 from benchmarks import allocator_digest
 from benchmarks.allocator_digest import POLICIES, random_ops
-from hybridmem import cached_org
-from hybridmem.cached_org import CachedOrganization
 from hybridmem.events import NullObserver, RecordingObserver
 from hybridmem.geometry import PRESETS
+from hybridmem.memory import (
+    blocks,
+    checkpoints,
+    integrity,
+    keys,
+    layouts,
+    organization,
+    placement,
+    policy,
+    pool,
+    reclaim,
+    tables,
+)
+from hybridmem.memory.organization import MemoryOrganization
 from hybridmem.units import derive_units
 from invariants.checkers import DebugOrganization, InvariantViolation
 from invariants.stateful import MACHINES
 
 U = derive_units(PRESETS["falcon-h1-7b"])
 STEPS = 150
-SOURCE = cached_org.__file__
+SOURCES = {m.__file__: m.__name__.rsplit(".", 1)[-1] for m in (
+    blocks, checkpoints, integrity, keys, layouts, organization, placement, policy, pool,
+    reclaim, tables)}
 MACHINE_SETTINGS = settings(max_examples=60, stateful_step_count=30, derandomize=True,
                             deadline=None, database=None, report_multiple_bugs=False,
                             phases=[Phase.explicit, Phase.generate],
@@ -48,16 +63,17 @@ class Checked(DebugOrganization):
 
 
 def _lines_run(name, observer, wrap=None, monkeypatch=None):
-    """``(function, line)`` of ``cached_org.py`` the digest driver's operations execute."""
+    """``(module, function, line)`` of the memory core the digest driver's operations
+    execute."""
     seen = set()
 
     def local(frame, event, arg):
         if event == "line":
-            seen.add((frame.f_code.co_name, frame.f_lineno))
+            seen.add((SOURCES[frame.f_code.co_filename], frame.f_code.co_name, frame.f_lineno))
         return local
 
     def tracer(frame, event, arg):
-        return local if frame.f_code.co_filename == SOURCE else None
+        return local if frame.f_code.co_filename in SOURCES else None
 
     if wrap is not None:
         build = allocator_digest.build
@@ -88,29 +104,29 @@ def _not_run_when_checked(name, monkeypatch):
 @pytest.mark.parametrize("name", ["S0", "S1", "S2", "D0"])
 def test_checks_execute_every_line_an_untraced_run_executes(name, monkeypatch):
     missing, shipped = _not_run_when_checked(name, monkeypatch)
-    assert len({fn for fn, _ in shipped}) >= 10  # not vacuous: the operations ran
+    assert len({fn for _, fn, _ in shipped}) >= 10  # not vacuous: the operations ran
     assert not missing, f"{name}: lines only untraced runs execute: {sorted(missing)[:10]}"
 
 
 def test_a_watcher_chosen_twin_is_caught(monkeypatch):
     """Negative control: ``_blocks_unref`` takes a twin (the same steps, defined elsewhere)
     when a watcher is attached, as the compiled loops were taken only without one."""
-    orig = CachedOrganization._blocks_unref
-    twin = types.FunctionType(orig.__code__.replace(co_filename="<twin>"), vars(cached_org),
+    orig = MemoryOrganization._blocks_unref
+    twin = types.FunctionType(orig.__code__.replace(co_filename="<twin>"), vars(blocks),
                               "_blocks_unref")
 
     def chosen(self, blks, holder):
         return (orig if blks[0].pool.watcher is None else twin)(self, blks, holder)
 
-    monkeypatch.setattr(CachedOrganization, "_blocks_unref", chosen)
+    monkeypatch.setattr(MemoryOrganization, "_blocks_unref", chosen)
     missing, _ = _not_run_when_checked("S0", monkeypatch)
-    assert missing and {fn for fn, _ in missing} == {"_blocks_unref"}
+    assert missing and {fn for _, fn, _ in missing} == {"_blocks_unref"}
 
 
 def plant_skipped_invalidation(monkeypatch):
     """The bug: allocation's reclaim (``_make_free``) frees a cached block's page but leaves the
     block's key discoverable, as if the invalidation were skipped."""
-    orig = CachedOrganization._make_free
+    orig = MemoryOrganization._make_free
 
     def make_free(self, pool, need, requester):
         before = {key: blk for key, blk in self.attn_index.items() if blk.pool is pool}
@@ -121,7 +137,7 @@ def plant_skipped_invalidation(monkeypatch):
                 self.attn_index[key] = blk
                 self.spare_blocks[pool.name][blk.page] = None  # (not reused: still "live")
 
-    monkeypatch.setattr(CachedOrganization, "_make_free", make_free)
+    monkeypatch.setattr(MemoryOrganization, "_make_free", make_free)
 
 
 def _checked_run(name):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels.checkpoint_copy import (
+from hybridmem.kernels.checkpoint_copy import (
     gather_checkpoint,
     gather_checkpoint_ref,
     gather_pages,
@@ -15,7 +15,7 @@ from kernels.checkpoint_copy import (
     scatter_pages,
     scatter_pages_ref,
 )
-from kernels.paging import NO_LINE, NO_PAGE, num_members, slab_lines
+from hybridmem.kernels.paging import NO_LINE, NO_PAGE, num_members, slab_lines
 from tests.kernels.helpers import DEVICE, assert_equal, random_page_ids
 
 N_ELEMS = 5000  # logical SSM elements per checkpoint

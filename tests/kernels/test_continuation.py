@@ -1,4 +1,4 @@
-"""Kernel-level continuation (issue 12 item 7, App. D.5 scope): restart a recurrence from a
+"""Kernel-level continuation (App. D.5 scope): restart a recurrence from a
 checkpoint kept in S1 member pages / S2 slot lines and continue it, against the uninterrupted
 contiguous run.
 
@@ -26,16 +26,19 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from kernels.checkpoint_copy import (
+from hybridmem.kernels.checkpoint_copy import (
     gather_checkpoint,
     gather_checkpoint_ref,
     scatter_checkpoint,
     scatter_checkpoint_ref,
 )
-from kernels.conv_slot_update import conv_slot_update, conv_slot_update_ref
-from kernels.paged_ssm_update import paged_selective_state_update, paged_selective_state_update_ref
-from kernels.paged_ssm_update.reference import expand_params
-from kernels.paging import num_members, slab_lines
+from hybridmem.kernels.conv_slot_update import conv_slot_update, conv_slot_update_ref
+from hybridmem.kernels.paged_ssm_update import (
+    paged_selective_state_update,
+    paged_selective_state_update_ref,
+)
+from hybridmem.kernels.paged_ssm_update.reference import expand_params
+from hybridmem.kernels.paging import num_members, slab_lines
 from tests.kernels.helpers import DEVICE, assert_equal, random_page_ids
 
 HEADS, HEAD_DIM, D_STATE, GROUPS, D_CONV = 4, 8, 16, 2, 4

@@ -12,8 +12,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels.conv_slot_update import conv_slot_update, conv_slot_update_ref, conv_update_ref
-from kernels.paging import NO_LINE, decode_line, encode_line, slab_lines
+from hybridmem.kernels.conv_slot_update import (
+    conv_slot_update,
+    conv_slot_update_ref,
+    conv_update_ref,
+)
+from hybridmem.kernels.paging import NO_LINE, decode_line, encode_line, slab_lines
 from tests.kernels.helpers import DEVICE, assert_close, assert_equal, random_page_ids
 
 CONV_DIM, D_CONV = 40, 4

@@ -14,15 +14,15 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from kernels.checkpoint_copy.reference import gather_pages_ref, scatter_pages_ref
-from kernels.paged_ssm_update import (
+from hybridmem.kernels.checkpoint_copy.reference import gather_pages_ref, scatter_pages_ref
+from hybridmem.kernels.paged_ssm_update import (
     SsmParams,
     expand_params,
     paged_selective_state_update,
     paged_selective_state_update_ref,
     selective_state_update_ref,
 )
-from kernels.paging import NO_PAGE, num_members
+from hybridmem.kernels.paging import NO_PAGE, num_members
 from tests.kernels.helpers import DEVICE, assert_close, assert_equal, random_page_ids
 
 HEADS, HEAD_DIM, D_STATE, GROUPS = 4, 8, 16, 2
@@ -283,8 +283,8 @@ def test_bad_tables_raise_with_numbers():
 def test_tri_falcon_geometry_paged_equals_contiguous():
     """Falcon-H1-7B head geometry (24 x 128 x 256), bf16 state in 512-KiB pages (3 members)."""
     from hybridmem.geometry import PRESETS
+    from hybridmem.kernels.paging import elems_per_page
     from hybridmem.units import derive_units
-    from kernels.paging import elems_per_page
 
     geo = PRESETS["falcon-h1-7b"]
     epp = elems_per_page(derive_units(geo), torch.bfloat16)

@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from hybridmem.geometry import PRESETS
+from hybridmem.kernels.paging import elems_per_page, num_members, slot_elems
 from hybridmem.units import derive_units
-from kernels.paging import elems_per_page, num_members, slot_elems
 
 
 def test_falcon_member_pages_and_slot_lines():

@@ -8,7 +8,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.triton_utils import cast_rtne
+from hybridmem.kernels.triton_utils import cast_rtne
 from tests.kernels.helpers import DEVICE
 
 

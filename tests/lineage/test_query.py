@@ -1,4 +1,4 @@
-"""``lineage query`` is read-only (issue 14, item 3): one statement, no file access from SQL
+"""``lineage query`` is read-only: one statement, no file access from SQL
 unless --allow-files, a statement timeout, and never a write over its input."""
 
 import pyarrow.parquet as pq

@@ -1,5 +1,5 @@
-"""Supply counts only adoptable boundaries, <= L - 1 for a prompt of L tokens (SPEC §5, §7;
-issue 14): a 1,024-token prompt whose checkpoint at 1,024 is published enters at J = 512, so
+"""Supply counts only adoptable boundaries, <= L - 1 for a prompt of L tokens (SPEC §5, §7):
+a 1,024-token prompt whose checkpoint at 1,024 is published enters at J = 512, so
 adopting 512 is positive-equal, not "shallower" with no loss to blame. SQL and replay alike."""
 
 import pytest

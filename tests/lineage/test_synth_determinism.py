@@ -1,5 +1,5 @@
 """The synthetic trace generator gives the same table for the same seed in two processes
-(it used Python's per-process salted ``hash``; issue 14)."""
+(Python's per-process salted ``hash`` would make them differ)."""
 
 import os
 import subprocess

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from hybridmem.errors import HybridMemError
-from hybridmem.sim import orgs
+from hybridmem.sim import schedulers
 from hybridmem.sim.campaign_paper import PaperFigure, verdict
 from hybridmem.sim.campaign_report import evaluate
 from hybridmem.sim.campaign_spec import Contrast, load_spec
@@ -114,19 +114,19 @@ def test_grid_union_runs_a_repeated_cell_once(tmp_path: Path) -> None:
 
 
 def test_chunking_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Without ``orgs.CHUNKINGS`` only the omitted key ("default") is accepted; with it, names
+    """Without ``schedulers.CHUNKINGS`` only the omitted key ("default") is accepted; with it, names
     are validated against it, and every arm of a contrast pairs within one split."""
     # the split names here are made up: the simulator's own preflight (which would refuse
     # them) is out of this test's scope
     import hybridmem.sim.campaign_spec as campaign_spec
 
     monkeypatch.setattr(campaign_spec, "preflight", lambda spec, where: None)
-    monkeypatch.delattr(orgs, "CHUNKINGS", raising=False)
+    monkeypatch.delattr(schedulers, "CHUNKINGS", raising=False)
     base = load_spec(_spec(tmp_path, '[grid]\norg = ["S2"]\nseeds = [0]'))
     assert base.cells[0].chunking is None
     with pytest.raises(HybridMemError, match="names no prefill splits"):
         load_spec(_spec(tmp_path, '[grid]\nchunking = ["block"]\nseeds = [0]'))
-    monkeypatch.setattr(orgs, "CHUNKINGS", ("block", "grid"), raising=False)
+    monkeypatch.setattr(schedulers, "CHUNKINGS", ("block", "grid"), raising=False)
     spec = load_spec(_spec(tmp_path, '[grid]\norg = ["S2", "D0"]\nchunking = ["block", "grid"]'
                                      '\nseeds = [0]'))
     assert {c.chunking for c in spec.cells} == {"block", "grid"}
@@ -153,7 +153,7 @@ def test_chunking_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (4.978, 3.2, (2.0, 4.4), None, "reproduces"),            # same sign, within 5 points
     (4.978, 12.0, (10.0, 14.0), None, "direction only"),     # same sign, 7 points off
     (14.30, 25.0, (5.0, 40.0), (-0.1, 30.8), "reproduces"),  # inside the paper's interval
-    (4.978, -27.7, (-30.0, -25.0), None, "contradicts"),     # the grid-unit D0 of the issue
+    (4.978, -27.7, (-30.0, -25.0), None, "contradicts"),     # D0 sized in grid units
     (13.6, -13.1, (-15.0, -11.0), None, "contradicts"),
     (4.978, -1.0, (-3.0, 1.0), None, "inconclusive"),        # opposite sign, CI spans 0
     (4.978, -1.0, None, None, "inconclusive"),               # one seed: no interval
@@ -242,7 +242,7 @@ def test_effect_verdicts_on_constructed_cells() -> None:
     assert good.verdict == "reproduces" and good.n == 12
     assert 3.2 < good.sim < 4.0 and good.ci is not None and good.ci[0] > 0
     assert (good.preempt_num, good.preempt_den) == (200.0, 100.0)
-    # negative control: the grid-unit D0 of the issue (D0/S2 -27.7%) contradicts the paper
+    # negative control: D0 sized in grid units (D0/S2 -27.7%) contradicts the paper
     (bad,) = evaluate(fig, _pair_rows(-27.7, range(12)), c, 0.95)
     assert bad.verdict == "contradicts" and bad.sim < -27
     far = evaluate(replace(fig, value=40.0), _pair_rows(3.2, range(12)), c, 0.95)[0]

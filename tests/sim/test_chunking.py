@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from hybridmem.errors import HybridMemError
-from hybridmem.sim import orgs
-from hybridmem.sim.orgs import CHUNKINGS, aligned_split, chunk_split
+from hybridmem.sim import schedulers
+from hybridmem.sim.schedulers import CHUNKINGS, aligned_split, chunk_split
 
 BUDGET = 2048  # max_num_batched_tokens of the A100 preset
 
@@ -37,11 +37,12 @@ def test_named_splits_resolve_their_alignment() -> None:
     # arm with a 16-token scheduler block and a 1,792-token checkpoint interval (native D0)
     got = {name: chunk_split(name, 16, 1792)["align_tokens"] for name in CHUNKINGS}
     assert got == {"interval": 1792, "block": 16, "grid512": 512, "budget": None}
-    assert orgs.resolve_chunking(orgs.OrgChoice("S2", "b63")) == orgs.DEFAULT_CHUNKING
+    default = schedulers.DEFAULT_CHUNKING
+    assert schedulers.resolve_chunking(schedulers.OrgChoice("S2", "b63")) == default
     with pytest.raises(HybridMemError, match="unknown chunking"):
-        orgs.resolve_chunking(orgs.OrgChoice("S2", "b63", chunking="tiles"))
+        schedulers.resolve_chunking(schedulers.OrgChoice("S2", "b63", chunking="tiles"))
     with pytest.raises(HybridMemError, match="--org vllm"):
-        orgs.resolve_chunking(orgs.OrgChoice("vllm", "b63", chunking="budget"))
+        schedulers.resolve_chunking(schedulers.OrgChoice("vllm", "b63", chunking="budget"))
 
 
 def _request(computed: int, prompt: int, tokens: int) -> Any:
@@ -62,7 +63,7 @@ def test_aligned_split_equals_vllms_method_at_the_block(org: str) -> None:
 
     shape = load_shape("falcon-h1-7b")
     vc = vllm_env.engine_config(shape, 63, 8192, BUDGET, 0)
-    sched = orgs.build(orgs.OrgChoice(org, "b63"), vc, shape).scheduler
+    sched = schedulers.build(schedulers.OrgChoice(org, "b63"), vc, shape).scheduler
     try:
         block = sched.cache_config.block_size
         assert block == (1568 if org == "vllm" else 512)
@@ -104,9 +105,9 @@ def test_each_arm_gets_the_named_split(org: str, chunking: str | None, align: in
 
     shape = load_shape("falcon-h1-7b")
     vc = vllm_env.engine_config(shape, 63, 8192, BUDGET, 0)
-    built = orgs.build(orgs.OrgChoice(org, "b63", chunking=chunking), vc, shape)
+    built = schedulers.build(schedulers.OrgChoice(org, "b63", chunking=chunking), vc, shape)
     try:
-        assert built.detail["chunking"] == {"name": chunking or orgs.DEFAULT_CHUNKING,
+        assert built.detail["chunking"] == {"name": chunking or schedulers.DEFAULT_CHUNKING,
                                             "align_tokens": align}
         method = type(built.scheduler)._mamba_block_aligned_split
         assert (method is Scheduler._mamba_block_aligned_split) is vllms

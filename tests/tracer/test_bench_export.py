@@ -18,7 +18,7 @@ def test_bench_export_prints_both_sizes_and_the_ratio(tmp_path: Path,
     assert "1,000 events" in out and "3,000 events" in out and "accepted False" not in out
     assert "columnar / row at 3,000 events" in out
     assert "peak RSS ratio" in out
-    assert "perfetto files at 3,000 events: identical" in out and "perfetto CPU" in out
+    assert "perfetto files at 3,000 events: same objects" in out and "perfetto CPU" in out
 
 
 def test_bench_export_refuses_sizes_out_of_order(capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,4 +1,4 @@
-"""Bounded cost on hostile traces (issue 14, item 4): resynchronisation is linear in the file
+"""Bounded cost on hostile traces: resynchronisation is linear in the file
 size, and the range-CRC path accepts and rejects exactly what the direct CRC does.
 
 Benchmark (time per MiB at two sizes): ``python benchmarks/bench_verify_hostile.py``."""

@@ -21,8 +21,8 @@ refused, never decoded.
 Copies run in words (the widest of 4/2/1 bytes dividing every size): on CPU by whole-page
 copies tested equal to the torch reference of ``kernels/checkpoint_copy`` (the reference itself
 builds one address per element and is several times slower), on a CUDA device through that
-folder's Triton kernel (same addresses, same call). The Triton path has not been run here (no
-device was lent to this session): it is written, not tested.
+folder's Triton kernel (same addresses, same call). The Triton path has not been run (the
+project's test machines have no CUDA device): it is written, not tested.
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ from typing import NamedTuple
 
 import torch
 
+from hybridmem.kernels.paging import num_members, slab_lines
 from hybridmem.vllm_plugin.state_table import NO_ADDRESS_LINE, StateAddress, StateLayout
-from kernels.paging import num_members, slab_lines
 
 _WORD_DTYPES = {4: torch.int32, 2: torch.int16, 1: torch.uint8}
 _CONV_KIND = {"S0": "inside", "D0": "inside", "S1": "page", "S2": "slot"}
@@ -92,7 +92,8 @@ def word_bytes(*sizes: int) -> int:
 
 
 def gather_pages_cpu(pool: torch.Tensor, table: torch.Tensor, arena: torch.Tensor) -> None:
-    """``kernels.checkpoint_copy.reference.gather_pages_ref``'s result by whole-page copies.
+    """``gather_pages_ref``'s result (``hybridmem.kernels.checkpoint_copy.reference``) by
+    whole-page copies.
 
     Every id must be >= 0 (``LayerStore.tables`` guarantees it; the sentinel never gets here).
 
@@ -122,8 +123,8 @@ def scatter_pages_cpu(pool: torch.Tensor, table: torch.Tensor, arena: torch.Tens
 
 
 def _gather(pool: torch.Tensor, table: torch.Tensor, arena: torch.Tensor) -> None:
-    if pool.device.type == "cuda":  # untested here: no device was lent to this session
-        from kernels.checkpoint_copy.kernel import gather_pages
+    if pool.device.type == "cuda":  # untested: the test machines have no CUDA device
+        from hybridmem.kernels.checkpoint_copy.kernel import gather_pages
 
         gather_pages(pool, table, arena, validate=False)
     else:
@@ -131,8 +132,8 @@ def _gather(pool: torch.Tensor, table: torch.Tensor, arena: torch.Tensor) -> Non
 
 
 def _scatter(pool: torch.Tensor, table: torch.Tensor, arena: torch.Tensor) -> None:
-    if pool.device.type == "cuda":  # untested here: no device was lent to this session
-        from kernels.checkpoint_copy.kernel import scatter_pages
+    if pool.device.type == "cuda":  # untested: the test machines have no CUDA device
+        from hybridmem.kernels.checkpoint_copy.kernel import scatter_pages
 
         scatter_pages(pool, table, arena, validate=False)
     else:
@@ -260,7 +261,7 @@ class LayerStore:
         if swap:
             members = members[:, [1, 0, *range(2, members.shape[1])]]
         sw = self.sizes.ssm_bytes // self.word
-        if self.device.type == "cuda":  # untested here: no device was lent to this session
+        if self.device.type == "cuda":  # untested: the test machines have no CUDA device
             _gather(self.ssm_pool, members, self.words(ssm)[:, :sw])
             _gather(self.conv_pool, t.conv[:, None], self.words(conv))
             return
@@ -273,7 +274,7 @@ class LayerStore:
         """The checkpoints at ``t`` <- scratch rows (whole member rows: a member page belongs to
         one checkpoint, and its tail is written back as it was read). Equal to
         :meth:`scatter` on every checkpoint byte (tested)."""
-        if self.device.type == "cuda":  # untested here: no device was lent to this session
+        if self.device.type == "cuda":  # untested: the test machines have no CUDA device
             sw = self.sizes.ssm_bytes // self.word
             self.scatter(t, self.words(ssm)[:, :sw], self.words(conv))
             return
@@ -286,7 +287,7 @@ class LayerStore:
         step, batched). No ``dst`` may appear twice or as a ``src``. A page-to-page copy moves
         members in order even under the ``swap-members`` fault (that fault is the forward's
         read of a checkpoint; a copy that swapped too would undo it on the next read)."""
-        if self.device.type == "cuda":  # untested here: no device was lent to this session
+        if self.device.type == "cuda":  # untested: the test machines have no CUDA device
             ssm, conv = self.new_rows(int(src.conv.shape[0]))
             self._read_rows(src, ssm, conv, swap=False)
             self.write_rows(dst, ssm, conv)

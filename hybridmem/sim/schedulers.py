@@ -98,9 +98,13 @@ def default_grid(org: str, geometry: Any) -> int:
 
 
 def stock_blocks(budget: str, shape: Any, page_bytes: int) -> int:
+    """vLLM's blocks per layer for ``budget``: a per-layer budget rounds half-up (as the
+    organizations' labels), a whole-cache total's per-layer share rounds down (never over)."""
     units = derive_units(shape.geometry)
-    nominal = Fraction(parse_budget(budget, units).nominal_bytes)
-    return floor(nominal / page_bytes + Fraction(1, 2))
+    b = parse_budget(budget, units)
+    if b.total_bytes is not None:
+        return int(Fraction(b.total_bytes, units.geometry.n_state_layers) // page_bytes)
+    return floor(Fraction(b.nominal_bytes) / page_bytes + Fraction(1, 2))
 
 
 def adapter_available() -> bool:

@@ -1,4 +1,7 @@
-"""One pool of equal physical pages with execution references and an LRU of cached pages.
+"""The page pools: one pool of equal pages (S0-S2), and D0's two static pools.
+
+This module is the only code that reads or changes a pool's free deque, its LRU of cached pages
+and its per-page counters; the organization asks through the methods below.
 
 Every page is in exactly one of three states, decided by two counters the pool owns::
 
@@ -19,6 +22,8 @@ from __future__ import annotations
 
 from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
+
+from hybridmem.events import StateKind
 
 # watcher(pool name, page, event): "ref0" (last reference dropped), "reclaim" (freed for reuse)
 # or "take" (handed out); called inside a batch, so the pool's counts may be unsettled
@@ -199,3 +204,38 @@ class PagePool:
                 f"pool {self.name}: in_use counter {self.num_in_use} vs {in_use} referenced "
                 f"pages; free pages with refs/holds {bad_free[:5]}; cached pages with refs or "
                 f"no holds {bad_cached[:5]}")
+
+
+class DualPools:
+    """D0's two static pools: native attention units and native recurrent composites (§3.5).
+
+    Both pools are sized at start-up from the plan and never change::
+
+        attention pool   A units of 16 a bytes  (16 tokens each; 16,384 B for Falcon-H1-7B)
+        recurrent pool   R units of r bytes     (one complete checkpoint each; 1,594,368 B)
+
+    An allocation of one state kind is served only by that kind's pool; a full attention pool is
+    not relieved by free recurrent capacity, and vice versa. :meth:`pool_for` is the one place
+    that maps a state kind to its pool.
+    """
+
+    def __init__(self, attention_units: int, recurrent_units: int) -> None:
+        self.attention = PagePool("attention", attention_units)
+        self.recurrent = PagePool("recurrent", recurrent_units)
+        self._totals = (attention_units, recurrent_units)  # fixed at start-up
+
+    def pool_for(self, kind: StateKind, need: int = 0) -> PagePool:
+        """The pool that serves ``kind``; ``need`` is unused: no capacity moves between pools."""
+        if kind == StateKind.ATTENTION:
+            return self.attention
+        if kind == StateKind.RECURRENT:
+            return self.recurrent
+        raise ValueError(f"D0 has no pool for state kind {kind.name}")
+
+    def check_integrity(self) -> None:
+        totals = (self.attention.total, self.recurrent.total)
+        if totals != self._totals:
+            raise AssertionError(f"D0 pool sizes changed from {self._totals} to {totals}; "
+                                 "capacity must not move between the static pools")
+        self.attention.check_integrity()
+        self.recurrent.check_integrity()
