@@ -37,11 +37,11 @@ import pytest
 
 pytest.importorskip("vllm")
 
-from hybridmem.org_interface import LookupResult  # noqa: E402
 from vllm.v1.request import RequestStatus  # noqa: E402
 
 from hybridmem.errors import HybridMemError  # noqa: E402
 from hybridmem.events import StateKind  # noqa: E402
+from hybridmem.memory.interface import LookupResult  # noqa: E402
 from hybridmem.vllm_plugin.org_manager import OrgKVCacheManager  # noqa: E402
 from hybridmem.vllm_plugin.state_table import StateAddress  # noqa: E402
 from tests.engines.test_org_manager import G, Req, manager  # noqa: E402
