@@ -23,6 +23,7 @@ from invariants.seams import (
     AlwaysTrue,
     DropCall,
     FlipCompare,
+    Op,
     ReplaceName,
     Seam,
     SeamMutant,
@@ -34,9 +35,8 @@ POLICY = "hybridmem.memory.policy"
 RECLAIM = "hybridmem.memory.reclaim"
 
 
-def _m(name: str, module: str, qualname: str, change: object, why: str) -> SeamMutant:
-    return SeamMutant(name, "memory-core", Seam(module, qualname), change,
-                      why)  # type: ignore[arg-type]
+def _m(name: str, module: str, qualname: str, change: Op, why: str) -> SeamMutant:
+    return SeamMutant(name, "memory-core", Seam(module, qualname), change, why)
 
 
 # each name is the text mutant's in invariants/mutants.py
