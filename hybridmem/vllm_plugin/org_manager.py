@@ -241,7 +241,9 @@ class OrgKVCacheManager:
             self.ops.publish(rid, computed)
             self.ops.release_superseded(rid)
         if self.org.pages_needed(rid, total).total == 0:
-            # nothing to grow: no ALLOCATION event (as vLLM)
+            # nothing to grow: no ALLOCATION event (as vLLM); the superseded checkpoints just
+            # released leave the state table now, so it mirrors the organization after every call
+            self._sync_state()
             self._register_export(rid, computed, computed + num_new_tokens)
             return self.empty_kv_cache_blocks
         result = self.ops.allocate(rid, total)

@@ -13,9 +13,8 @@ done, independently of how it does it::
                  id = home page + 1 (+ attention pages for D0), 0 where not held
     tables       admission: the full tables; growth: only what was not sent yet
     zeroing      new attention ids only: never the adopted ones, each once
-    state table  the live complete checkpoints, each at its address, and nothing else after
-                 a call that admits, grows or frees (a decode step that grows nothing leaves
-                 released checkpoints mapped until the next such call)
+    state table  the live complete checkpoints, each at its address, and nothing else, after
+                 every call (a decode step that grows nothing drops the checkpoints it released)
     exports      every boundary strictly inside this step's chunk, under the chunk end's
                  position; none left from an earlier step or a freed request
     publication  nothing past the computed tokens; a finished request's computed state is
@@ -130,18 +129,14 @@ class Model:
         return min(end, (start // gr + 1) * gr)
 
     # -- checks after every call -----------------------------------------------------------
-    def check_state_table(self, tag: str, exact: bool = True) -> None:
-        """Every live complete checkpoint mapped at its address; with ``exact`` nothing else
-        (a call that grows nothing -- a decode step inside a block -- releases superseded
-        checkpoints without re-syncing the table: their mappings linger until the next call
-        that allocates, admits or frees, which syncs before any storage is reused)."""
+    def check_state_table(self, tag: str) -> None:
+        """Every live complete checkpoint mapped at its address, and nothing else."""
         want = {self.rec_id(ck.home_page): StateAddress(tuple(ck.members), ck.conv)
                 for ck in self.org.live_ckpts.values()
                 if ck.conv >= 0 and all(p >= 0 for p in ck.members)}
         table = self.m.state_table
-        if exact:
-            assert len(table) == len(want), f"{tag}: state table has {len(table)} ids, " \
-                f"live complete checkpoints {len(want)} [manager-never-drops-mappings]"
+        assert len(table) == len(want), f"{tag}: state table has {len(table)} ids, " \
+            f"live complete checkpoints {len(want)} [manager-never-drops-mappings]"
         for block_id, addr in want.items():
             assert table.peek(block_id) == addr, f"{tag}: block {block_id}"
 
@@ -186,7 +181,6 @@ class Driver:
         self.running: list[Req] = []
         self.n = 0
         self.admissions = self.rejections = self.hits = 0
-        self.exact = True  # whether this step's calls all re-synced the state table
 
     def new_request(self) -> None:
         rng = self.rng
@@ -280,7 +274,6 @@ class Driver:
             self.preempt(r)
             return
         attn, mamba = ids(out)
-        self.exact = bool(attn or mamba)
         n_blocks = len(m.org.requests[rid].blocks)
         assert attn == model.attn_ids(rid)[before:], f"{rid}: growth sends only new blocks"
         assert len(mamba) == len(attn) and mamba == model.mamba_ids(rid, before, n_blocks)
@@ -328,7 +321,6 @@ class Driver:
 
     def step(self) -> None:
         m, rng = self.m, self.rng
-        self.exact = True
         m.new_step_starts()
         assert not m.state_table.exports, "exports survive a new step [exports-kept-across-steps]"
         if rng.random() < 0.4 or not (self.waiting or self.running):
@@ -341,7 +333,7 @@ class Driver:
             self.admit(self.waiting[0])
         if self.running and rng.random() < 0.05:
             self.preempt(rng.choice(self.running))
-        self.model.check_state_table(f"step with {self.n} requests", self.exact)
+        self.model.check_state_table(f"step with {self.n} requests")
 
 
 # D0's checkpoints are 256 tokens apart on this geometry: longer prompts and chunks
