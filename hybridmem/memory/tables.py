@@ -52,6 +52,8 @@ class Tables:
     name = "?"
     members = 1  # SSM member units per checkpoint
     placement: Placement = Placement()
+    attention_grid: int  # declared here: the parts' type-only bases see the type in any order
+    recurrent_grid: int
 
     def __init__(self, attention_grid: int, recurrent_grid: int, observer: Observer | None,
                  pin_k: int | None, pin_budget: int | None, retention: bool) -> None:
