@@ -331,6 +331,7 @@ def engine_kwargs_for(cfg: EngineConfig) -> dict[str, Any]:
         enable_prefix_caching=True, max_model_len=cfg.max_model_len,
         max_num_seqs=cfg.max_num_seqs, enforce_eager=True, kv_cache_memory_bytes=cfg.kv_cache_bytes,
         async_scheduling=False,
+        use_tqdm_on_load=False,  # its progress bar writes to the terminal, past engine.log
     )
     if cfg.dtype == "bfloat16":
         kwargs["mamba_ssm_cache_dtype"] = "bfloat16"

