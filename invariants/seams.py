@@ -6,7 +6,13 @@ function or method in it (``"OrgKVCacheManager._admit"``). What changes is one o
 
 * an **AST operator** (:class:`Op` subclasses) inside that function, identified by its kind and
   what it touches -- the names and constants it reads, the call it sits in, the variable it
-  assigns -- never by line number or source text. The function's source is parsed, the
+  assigns, the test or loop it is in -- never by line number or source text. Expressions
+  (conditions, arithmetic, calls, arguments: :class:`FlipCompare`, :class:`ReplaceConst`,
+  :class:`ReplaceName`, :class:`ReplaceArg`, :class:`SwapArgs`, :class:`SwapOperands`,
+  :class:`Negate`, :class:`AlwaysTrue`, :class:`SwapBoolOp`, :class:`Unslice`,
+  :class:`Reverse`) and statements (:class:`DropCall`, :class:`DropAssign`,
+  :class:`GuardCall`, :class:`MoveCall`, :class:`SwapJump`, :class:`InsertFirst`);
+  :class:`Chain` applies several. The function's source is parsed, the
   operator rewrites the matching nodes, and the function is recompiled with the module's own
   globals (so classes and constants stay the real ones);
 * a **wrapper** (:class:`Wrap`) around the function: change its result or arguments, skip it,
@@ -24,7 +30,8 @@ wherever it was imported. Files on disk are never touched.
 The same mutant runs under pytest through :mod:`invariants.seam_plugin` (the environment
 variable ``HYBRIDMEM_SEAM_MUTANT`` names it; the plugin installs it before collection, so the
 tests exercise exactly the code installed here); :mod:`invariants.serving_mutants` holds the
-serving path's set and scores it.
+serving path's set and scores it, :mod:`invariants.mutants` the memory core's (run on the state
+machines). This is the one mutation engine: nothing patches source text.
 
 Examples::
 
@@ -138,10 +145,14 @@ def _mentions(node: ast.AST, name: str) -> bool:
 class Op:
     """An AST operator. ``in_call``: only sites inside a call of that function name;
     ``in_assign``: only sites inside a statement that assigns (or augments) that name;
-    ``every``: rewrite every matching site (default: exactly one must match)."""
+    ``in_test``: only sites inside the test of an ``if`` or ``while``; ``in_for``: only sites
+    inside a ``for`` loop whose iterable reads that name; ``every``: rewrite every matching
+    site (default: exactly one must match)."""
 
     in_call: str | None = field(default=None, kw_only=True)
     in_assign: str | None = field(default=None, kw_only=True)
+    in_test: bool = field(default=False, kw_only=True)
+    in_for: str | None = field(default=None, kw_only=True)
     every: bool = field(default=False, kw_only=True)
     kind: ClassVar[str] = "op"
 
@@ -252,37 +263,55 @@ class DropCall(Op):
 
 @dataclass(frozen=True)
 class DropAssign(Op):
-    """An assignment statement to ``target`` is skipped: a name or attribute chain
-    (``"total"``, ``"self.x"``), or ``"x[]"`` for a store into an item of ``x``."""
+    """An assignment (or ``del``) statement to ``target`` is skipped: a name or attribute
+    chain (``"total"``, ``"self.x"``), or ``"x[]"`` for a store into (or deletion of) an item
+    of ``x`` (``x[i]``, ``x[i][j]``). In a chained assignment (``a = b = v``) only that target
+    is dropped."""
 
     target: str
     kind: ClassVar[str] = "drop-assign"
 
-    def matches(self, node: ast.AST) -> bool:
-        if not isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
-            return False
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+    def _hit(self, t: ast.AST) -> bool:
         if self.target.endswith("[]"):
-            return any(isinstance(t, ast.Subscript) and _dotted(t.value) == self.target[:-2]
-                       for t in targets)
-        return any(_dotted(t) == self.target for t in targets)
+            if not isinstance(t, ast.Subscript):
+                return False
+            while isinstance(t, ast.Subscript):
+                t = t.value
+            return _dotted(t) == self.target[:-2]
+        return _dotted(t) == self.target
+
+    def _targets(self, node: ast.AST) -> list[ast.expr]:
+        if isinstance(node, (ast.Assign, ast.Delete)):
+            return node.targets
+        if isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+            return [node.target]
+        return []
+
+    def matches(self, node: ast.AST) -> bool:
+        return any(self._hit(t) for t in self._targets(node))
 
     def rewrite(self, node: ast.AST) -> ast.AST | None:
+        if isinstance(node, ast.Assign) and len(node.targets) > 1:
+            node.targets = [t for t in node.targets if not self._hit(t)]
+            return node if node.targets else None
         return None
 
 
 @dataclass(frozen=True)
 class ReplaceArg(Op):
     """Argument ``index`` (an int) or keyword ``index`` (a str) of calls of ``func`` ->
-    ``new`` (an expression), or dropped when ``new`` is None (a keyword only)."""
+    ``new`` (an expression), or dropped when ``new`` is None; ``touches``: only a call that
+    reads that name too."""
 
     func: str
     index: int | str
     new: str | None
+    touches: str = ""
     kind: ClassVar[str] = "replace-arg"
 
     def matches(self, node: ast.AST) -> bool:
-        if not (isinstance(node, ast.Call) and _call_name(node) == self.func):
+        if not (isinstance(node, ast.Call) and _call_name(node) == self.func) or \
+                (self.touches and not _mentions(node, self.touches)):
             return False
         if isinstance(self.index, int):
             return len(node.args) > self.index
@@ -291,8 +320,10 @@ class ReplaceArg(Op):
     def rewrite(self, node: ast.AST) -> ast.AST:
         assert isinstance(node, ast.Call)
         if isinstance(self.index, int):
-            assert self.new is not None
-            node.args[self.index] = _expr(self.new)
+            if self.new is None:
+                del node.args[self.index]
+            else:
+                node.args[self.index] = _expr(self.new)
         elif self.new is None:
             node.keywords = [k for k in node.keywords if k.arg != self.index]
         else:
@@ -322,12 +353,14 @@ class SwapArgs(Op):
 
 @dataclass(frozen=True)
 class SwapOperands(Op):
-    """``a - b`` -> ``b - a`` (``op``: ``"-"``, ``"/"``, ``"//"``) where it reads ``touches``."""
+    """``a - b`` -> ``b - a`` (``op``: ``"-"``, ``"/"``, ``"//"``, ``"+"`` for a
+    concatenation) where it reads ``touches``."""
 
     op: str = "-"
     touches: str = ""
     kind: ClassVar[str] = "swap-operands"
-    _OPS: ClassVar[dict[str, type]] = {"-": ast.Sub, "/": ast.Div, "//": ast.FloorDiv}
+    _OPS: ClassVar[dict[str, type]] = {"-": ast.Sub, "/": ast.Div, "//": ast.FloorDiv,
+                                       "+": ast.Add}
 
     def matches(self, node: ast.AST) -> bool:
         return isinstance(node, ast.BinOp) and isinstance(node.op, self._OPS[self.op]) and \
@@ -359,16 +392,22 @@ class Negate(Op):
 
 @dataclass(frozen=True)
 class AlwaysTrue(Op):
-    """A comparison (or a boolean call) that reads ``touches`` and sits in a condition or a
-    boolean operation is replaced by ``True`` (a check dropped from a conjunction)."""
+    """A condition that reads ``touches`` -- the test of an ``if`` / ``while`` / conditional
+    expression / ``assert`` / comprehension filter, or an operand of ``and`` / ``or`` (a
+    comparison, a call, a name, an attribute or an item) -- is replaced by ``value`` (``True``:
+    a check dropped from a conjunction; ``False``: from a disjunction). ``compare``: only a
+    comparison with that operator (``"is"``)."""
 
     touches: str
     value: bool = True
+    compare: str = ""
     kind: ClassVar[str] = "always"
 
     def matches(self, node: ast.AST) -> bool:
-        return isinstance(node, (ast.Compare, ast.Call)) and _mentions(node, self.touches) \
-            and getattr(node, "_hm_in_test", False)
+        if self.compare and not (isinstance(node, ast.Compare) and any(
+                isinstance(o, FlipCompare._OPS[self.compare]) for o in node.ops)):
+            return False
+        return getattr(node, "_hm_in_test", False) and _mentions(node, self.touches)
 
     def rewrite(self, node: ast.AST) -> ast.AST:
         return ast.Constant(self.value)
@@ -407,9 +446,132 @@ class Unslice(Op):
         return node.value
 
 
+@dataclass(frozen=True)
+class SwapJump(Op):
+    """An ``if`` that reads ``touches`` and ends in ``continue`` ends in ``break`` instead (or
+    the other way round): a loop that should skip an item stops at it."""
+
+    touches: str
+    kind: ClassVar[str] = "swap-jump"
+
+    def matches(self, node: ast.AST) -> bool:
+        return isinstance(node, ast.If) and _mentions(node.test, self.touches) and \
+            isinstance(node.body[-1], (ast.Continue, ast.Break))
+
+    def rewrite(self, node: ast.AST) -> ast.AST:
+        assert isinstance(node, ast.If)
+        node.body[-1] = ast.Break() if isinstance(node.body[-1], ast.Continue) else \
+            ast.Continue()
+        return node
+
+
+@dataclass(frozen=True)
+class Reverse(Op):
+    """Argument ``index`` of calls of ``func`` is passed in reverse order."""
+
+    func: str
+    index: int = 0
+    kind: ClassVar[str] = "reverse"
+
+    def matches(self, node: ast.AST) -> bool:
+        return isinstance(node, ast.Call) and _call_name(node) == self.func and \
+            len(node.args) > self.index
+
+    def rewrite(self, node: ast.AST) -> ast.AST:
+        assert isinstance(node, ast.Call)
+        node.args[self.index] = ast.Subscript(
+            ast.Call(ast.Name("list", ast.Load()), [node.args[self.index]], []),
+            ast.Slice(None, None, ast.UnaryOp(ast.USub(), ast.Constant(1))), ast.Load())
+        return node
+
+
+@dataclass(frozen=True)
+class InsertFirst(Op):
+    """A store ``of[k] = v`` into an ordered dict puts ``k`` at its oldest end instead of its
+    newest (``move_to_end(k, last=False)`` after it)."""
+
+    of: str
+    kind: ClassVar[str] = "insert-first"
+
+    def matches(self, node: ast.AST) -> bool:
+        return isinstance(node, ast.Assign) and len(node.targets) == 1 and \
+            isinstance(node.targets[0], ast.Subscript) and \
+            _dotted(node.targets[0].value) == self.of
+
+    def rewrite(self, node: ast.AST) -> Any:
+        assert isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Subscript)
+        move = ast.Call(ast.Attribute(_expr(self.of), "move_to_end", ast.Load()),
+                        [node.targets[0].slice], [ast.keyword("last", ast.Constant(False))])
+        return [node, ast.Expr(move)]
+
+
+@dataclass(frozen=True)
+class GuardCall(Op):
+    """A statement that is a call of ``func`` runs only when ``when`` (an expression) holds."""
+
+    func: str
+    when: str
+    kind: ClassVar[str] = "guard-call"
+
+    def matches(self, node: ast.AST) -> bool:
+        return isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) and \
+            _call_name(node.value) == self.func
+
+    def rewrite(self, node: ast.AST) -> ast.AST:
+        assert isinstance(node, ast.Expr)
+        return ast.If(_expr(self.when), [node], [])
+
+
+@dataclass(frozen=True)
+class MoveCall(Op):
+    """A statement that is a call of ``func`` (reading ``touches``) moves up, to just before
+    the first statement of the same block that reads ``before``: a step taken too early."""
+
+    func: str
+    before: str
+    touches: str = ""
+    kind: ClassVar[str] = "move-call"
+
+    def _is_call(self, stmt: ast.stmt) -> bool:
+        return isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) and \
+            _call_name(stmt.value) == self.func and \
+            (not self.touches or _mentions(stmt.value, self.touches))
+
+    def apply(self, fdef: ast.AST) -> int:
+        """Move the call in every block of ``fdef`` that has one; the number of moves."""
+        sites = 0
+        for node in ast.walk(fdef):
+            for name in ("body", "orelse", "finalbody"):
+                stmts = getattr(node, name, None)
+                if not isinstance(stmts, list):
+                    continue
+                calls = [i for i, s in enumerate(stmts) if self._is_call(s)]
+                if len(calls) != 1:
+                    continue
+                i = calls[0]
+                j = next((k for k in range(i) if _mentions(stmts[k], self.before)), None)
+                if j is not None:
+                    stmts.insert(j, stmts.pop(i))
+                    sites += 1
+        return sites
+
+
+@dataclass(frozen=True)
+class Chain(Op):
+    """Several operators applied in turn (each must match as it says): a bug that is one
+    change of meaning but two of syntax (``== 0`` -> ``<= 1``)."""
+
+    ops: tuple[Op, ...]
+    kind: ClassVar[str] = "chain"
+
+    def describe(self) -> str:
+        return " + ".join(o.describe() for o in self.ops)
+
+
 def _mark_tests(tree: ast.AST) -> None:
-    """Flag comparisons and calls that sit in a condition or a boolean operation (for
-    :class:`AlwaysTrue`), and the operands of unary minus (for :class:`ReplaceConst`)."""
+    """Flag the conditions and the operands of boolean operations (for :class:`AlwaysTrue`),
+    every node of an ``if`` / ``while`` test (for ``in_test``), and the operands of unary
+    minus (for :class:`ReplaceConst`)."""
     for node in ast.walk(tree):
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
             setattr(node.operand, "_hm_negated", True)  # noqa: B010 (-1 is one literal)
@@ -423,8 +585,11 @@ def _mark_tests(tree: ast.AST) -> None:
         for t in tests:
             if isinstance(t, ast.UnaryOp) and isinstance(t.op, ast.Not):
                 t = t.operand
-            if isinstance(t, (ast.Compare, ast.Call)):
+            if not isinstance(t, ast.BoolOp):  # (its operands are marked on their own)
                 setattr(t, "_hm_in_test", True)  # noqa: B010 (a mark on a foreign node)
+        if isinstance(node, (ast.If, ast.While)):
+            for sub in ast.walk(node.test):
+                setattr(sub, "_hm_under_test", True)  # noqa: B010 (for Op.in_test)
 
 
 class _Rewriter(ast.NodeTransformer):
@@ -433,13 +598,22 @@ class _Rewriter(ast.NodeTransformer):
         self.sites = 0
         self._call: list[str | None] = []
         self._assign: list[set[str]] = []
+        self._for: list[ast.expr] = []
 
-    def _scoped(self) -> bool:
+    def _scoped(self, node: ast.AST) -> bool:
         if self.op.in_call is not None and self.op.in_call not in self._call:
+            return False
+        if self.op.in_test and not getattr(node, "_hm_under_test", False):
+            return False
+        if self.op.in_for is not None and \
+                not any(_mentions(it, self.op.in_for) for it in self._for):
             return False
         return self.op.in_assign is None or any(self.op.in_assign in s for s in self._assign)
 
     def visit(self, node: ast.AST) -> Any:
+        pushed_for = isinstance(node, ast.For)
+        if pushed_for:
+            self._for.append(node.iter)  # type: ignore[attr-defined]
         pushed_call = isinstance(node, ast.Call)
         pushed_assign = isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign))
         if pushed_call:
@@ -452,20 +626,49 @@ class _Rewriter(ast.NodeTransformer):
             self._assign.append(names)
         try:
             node = self.generic_visit(node)  # children first: a rewritten node is not revisited
-            if self.op.matches(node) and self._scoped():
+            if self.op.matches(node) and self._scoped(node):
                 self.sites += 1
-                return self.op.rewrite(node) if self.op.kind not in ("drop-call", "drop-assign") \
-                    else ast.Pass()
+                new = self.op.rewrite(node)
+                return ast.Pass() if new is None else new
             return node
         finally:
+            if pushed_for:
+                self._for.pop()
             if pushed_call:
                 self._call.pop()
             if pushed_assign:
                 self._assign.pop()
 
 
-def _recompiled(seam: Seam, op: Op, label: str) -> Callable[..., Any]:
-    """The seam's function with ``op`` applied, compiled against the module's globals."""
+def _apply(op: Op, fdef: ast.FunctionDef | ast.AsyncFunctionDef, seam: Seam, label: str) -> None:
+    """Rewrite ``fdef`` in place; :class:`SeamGone` unless ``op`` matched as it says."""
+    if isinstance(op, MoveCall):
+        sites = op.apply(fdef)
+    else:
+        _mark_tests(fdef)
+        rw = _Rewriter(op)
+        body: list[ast.stmt] = []
+        for s in fdef.body:
+            new = rw.visit(s)
+            body.extend(new if isinstance(new, list) else [new])
+        fdef.body = body
+        sites = rw.sites
+    if sites == 0 or (sites > 1 and not op.every):
+        raise SeamGone(f"mutant {label}: {op.describe()} matches {sites} sites in {seam} "
+                       "(expected exactly one; every=True for all)")
+
+
+def mutated_source(m: SeamMutant) -> str:
+    """The source of the seam's function as ``m``'s operator rewrites it (for review; a
+    wrapper has none)."""
+    if not isinstance(m.change, Op):
+        raise TypeError(f"mutant {m.name} is a wrapper: no rewritten source")
+    return ast.unparse(_mutated_def(m.seam, m.change, m.name)[0])
+
+
+def _mutated_def(seam: Seam, op: Op, label: str) -> tuple[ast.FunctionDef | ast.AsyncFunctionDef,
+                                                          Any, Callable[..., Any]]:
+    """The seam's function definition with ``op`` applied, its owner and the function."""
     owner, _attr, _raw, fn = seam.resolve()
     fn = inspect.unwrap(fn)  # a cached function is recompiled without its cache
     try:
@@ -477,19 +680,21 @@ def _recompiled(seam: Seam, op: Op, label: str) -> Callable[..., Any]:
     if not isinstance(fdef, (ast.FunctionDef, ast.AsyncFunctionDef)):
         raise SeamGone(f"seam {seam}: its source is not a function definition")
     fdef.decorator_list = []  # re-dressed by _rewrap (property, staticmethod, ...)
-    _mark_tests(fdef)
-    rw = _Rewriter(op)
-    fdef.body = [rw.visit(s) for s in fdef.body]
-    if rw.sites == 0 or (rw.sites > 1 and not op.every):
-        raise SeamGone(f"mutant {label}: {op.describe()} matches {rw.sites} sites in {seam} "
-                       "(expected exactly one; every=True for all)")
-    ast.increment_lineno(tree, fn.__code__.co_firstlineno - 1)
+    for one in op.ops if isinstance(op, Chain) else (op,):
+        _apply(one, fdef, seam, label)
+    ast.increment_lineno(fdef, fn.__code__.co_firstlineno - 1)
+    return fdef, owner, fn
+
+
+def _recompiled(seam: Seam, op: Op, label: str) -> Callable[..., Any]:
+    """The seam's function with ``op`` applied, compiled against the module's globals."""
+    fdef, owner, fn = _mutated_def(seam, op, label)
     # compile inside a class when the function is a method, so ``super()`` / ``__class__``
     # get their cell; the cell is then pointed at the real class
     module = ast.Module(body=[ast.ClassDef("_Seam", [], [], [fdef], [])]
                         if isinstance(owner, type) else [fdef], type_ignores=[])
     ast.fix_missing_locations(module)
-    scratch: dict[str, Any] = {"__name__": seam.module}
+    scratch: dict[str, Any] = dict(fn.__globals__)  # default values read module names
     with warnings.catch_warnings():  # a mutant may be odd code (None[r]): it is not run
         warnings.simplefilter("ignore", SyntaxWarning)
         code = compile(module, f"<mutant {label}>", "exec")

@@ -3,15 +3,14 @@
 1. Seeded bugs (a)-(h), applied with monkeypatch: the state machines (reference model + D.2
    checkers) must fail on every organization the bug can affect;
    (g) and (h) run on the geometry that exposes them. ``test_mutation_score`` prints their score.
-2. The one-line mutant set of ``invariants/mutants.py`` (115 source patches over the
-   organizations): every target text must still exist (fast), a fast subset (one mutant per
-   cluster) must be killed in the default suite, and the whole set is scored by the slow test
-   ``test_mutation_score_of_the_full_set`` (>= 95% of the non-equivalent mutants). The same
+2. The memory core's mutant set of ``invariants/mutants.py`` (115 bugs named by behaviour,
+   each at a function of the core with an operator matched by kind and touched names): every
+   seam must resolve and every operator match its one site (fast), a fast subset (one mutant
+   per cluster) must be killed in the default suite, and the whole set is scored by the slow
+   test ``test_mutation_score_of_the_full_set`` (every non-equivalent mutant killed). The same
    run as a script::
 
        PYTHONPATH=. python -m invariants.mutants
-
-   last printed ``mutation score: 111/111 non-equivalent mutants killed (100.0%), 4 equivalent``.
 """
 
 import pytest
@@ -23,9 +22,9 @@ from hybridmem.memory.checkpoints import Checkpoint
 from hybridmem.memory.organization import MemoryOrganization
 from hybridmem.memory.placement import NO_LINE, SlotRef
 from hybridmem.memory.pool import DualPools
-from invariants.mutants import MUTANTS as ONE_LINE_MUTANTS
-from invariants.mutants import score
-from invariants.mutation import MutantTargetGone, patched_functions, run_mutant
+from invariants.mutants import BY_NAME, check, run_mutant, score
+from invariants.mutants import MUTANTS as CORE_MUTANTS
+from invariants.seams import FlipCompare, Op, SeamGone, mutated_source
 from invariants.stateful import GEOMETRIES, MACHINES, machine_for
 
 # No shrinking: a kill only needs one failing program, and its first report is enough.
@@ -162,27 +161,43 @@ def test_mutation_score(capsys):
     assert all(KILLED.values())
 
 
-# ---- the one-line mutant set (invariants/mutants.py) -----------------------------------------
-BY_NAME = {m.name: m for m in ONE_LINE_MUTANTS}
+# ---- the memory core's mutant set (invariants/mutants.py) -------------------------------------
 FAST = ["demand-evidence-when-absent", "pin-kept-after-finish", "pin-budget-off-by-one",
         "release-checkpoints-shallowest-first", "lru-reclaims-newest", "adoption-only-on-hit",
         "release-cause-dropped", "retention-threshold-strict", "adopt-stale-checkpoint",
-        "lookup-recurrent-at-length", "salt-length-only", "checkpoint-one-member-short"]
+        "lookup-recurrent-at-length", "salt-length-only", "checkpoint-one-member-short",
+        "growth-one-checkpoint-short", "lookup-stops-at-first-missing-checkpoint",
+        "allocate-take-without-reference", "publish-skips-closing-checkpoint",
+        "make-free-inline-keeps-key", "slab-dropped-with-occupant"]
 FAST_SETTINGS = settings(MUTANT_SETTINGS, max_examples=100)
 
 
-def test_mutant_set_size_and_targets():
-    """At least 60 mutants; every target text exists exactly once and changes one function
-    (a refactor that moves the code fails here, naming the mutant, instead of scoring it)."""
-    assert len(ONE_LINE_MUTANTS) >= 60 and len(BY_NAME) == len(ONE_LINE_MUTANTS)
-    for m in ONE_LINE_MUTANTS:
-        assert len(patched_functions(m)) == 1, m.name
+def test_mutant_set_size_and_seams():
+    """At least 100 mutants, each named once, with a behaviour; every seam resolves and every
+    operator matches its site exactly once (a refactor that moves a rule fails here, naming
+    the mutant, instead of scoring it); the fast subset covers every cluster."""
+    assert len(CORE_MUTANTS) >= 100 and len(BY_NAME) == len(CORE_MUTANTS)
+    assert all(m.why for m in CORE_MUTANTS)
+    check(CORE_MUTANTS)
+    assert {BY_NAME[n].cluster for n in FAST} == {m.cluster for m in CORE_MUTANTS}
 
 
-def test_a_moved_target_fails_loudly():
+def test_a_moved_seam_or_site_fails_loudly():
     from dataclasses import replace
-    with pytest.raises(MutantTargetGone, match="occurs 0 times"):
-        patched_functions(replace(ONE_LINE_MUTANTS[0], old="no such source text"))
+    m = BY_NAME["pin-budget-off-by-one"]
+    with pytest.raises(SeamGone, match="no function 'gone'"):
+        replace(m, seam=replace(m.seam, qualname="Policy.gone")).replacement()
+    with pytest.raises(SeamGone, match="matches 0 sites"):
+        replace(m, change=FlipCompare("<", "<=", touches="no_such_name")).replacement()
+
+
+def test_an_operator_rewrites_the_rule_it_names():
+    """The rewritten function differs from the original at the named rule (the budget
+    comparison), and only there."""
+    m = BY_NAME["pin-budget-off-by-one"]
+    assert isinstance(m.change, Op)
+    assert "len(self.pins) <= self.pin_budget" in mutated_source(m)
+    assert "len(self.pins) < self.pin_budget" not in mutated_source(m)
 
 
 @pytest.mark.parametrize("name", FAST)
@@ -199,11 +214,11 @@ def test_mutants_are_undone():
 
 @pytest.mark.slow
 def test_mutation_score_of_the_full_set(capsys):
-    results = [run_mutant(m) for m in ONE_LINE_MUTANTS]
+    results = [run_mutant(m) for m in CORE_MUTANTS]
     killed, total = score(results)
     survivors = [r.mutant.name for r in results if not r.mutant.equivalent and not r.killed_on]
     with capsys.disabled():
         print(f"\nmutation score: {killed}/{total} non-equivalent mutants killed "
               f"({100 * killed / total:.1f}%), {len(results) - total} equivalent; survivors: "
               f"{survivors or 'none'}")
-    assert killed >= 0.95 * total, survivors
+    assert killed == total, survivors

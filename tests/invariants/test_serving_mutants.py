@@ -147,9 +147,9 @@ def test_serving_mutation_score() -> None:
     assert scored >= 60 and killed >= 0.95 * scored, lines[-1]
 
 
-def test_core_seam_mutants_resolve() -> None:
-    """The memory-core demonstration (``invariants/core_seam_mutants.py``): its seams exist
-    (when the core moves, its seams move; the operators stay)."""
-    from invariants.core_seam_mutants import CORE_MUTANTS
+def test_core_mutants_resolve() -> None:
+    """The memory core's set (``invariants/mutants.py``) is built by the same engine: its
+    seams exist (when the core moves, its seams move; the operators stay)."""
+    from invariants.mutants import MUTANTS as CORE_MUTANTS
 
     check_seams(CORE_MUTANTS)
