@@ -151,7 +151,12 @@ def truncated_lognormal_mean(mu: float, sigma: float, lo: float, hi: float) -> f
 
 
 def solve_mu(mean: float, sigma: float, lo: float, hi: float) -> float:
-    """The ``mu`` whose lognormal truncated to ``[lo, hi]`` has the given mean (bisection)."""
+    """The ``mu`` whose lognormal truncated to ``[lo, hi]`` has the given mean (bisection).
+
+    Hand-written rather than ``scipy.optimize.brentq``: 200 fixed halvings give the same bits on
+    every platform and scipy version, and every workload (and so every allocator digest and kept
+    campaign result) is drawn from this ``mu``; a root finder with its own stopping rule could
+    move its last bits."""
     left, right = math.log(lo) - 8 * sigma, math.log(hi) + 8 * sigma
     for _ in range(200):
         mid = 0.5 * (left + right)
