@@ -138,6 +138,9 @@ def test_stop_kills_the_whole_group_even_when_sigint_is_ignored(tmp_path: Path) 
     assert server.stop() is None  # idempotent
 
 
+# a real vLLM server and an in-process engine on the same workload (~55 s): slow; the
+# stand-in server tests above run by default, and the stop tests serve a real one too
+@pytest.mark.slow
 @pytest.mark.vllm
 def test_server_run_matches_the_in_process_run(tiny_model: Path, tmp_path: Path) -> None:
     import pyarrow.parquet as pq

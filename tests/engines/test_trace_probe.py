@@ -59,6 +59,7 @@ def test_detach_restores_vllm_methods_and_closes_the_trace(tiny_model: Path,
         engine.engine_core.shutdown()
 
 
+@pytest.mark.slow  # the benchmark script end to end (~7 s); the hooks are tested above
 def test_bench_trace_probe_runs_both_arms(tiny_model: Path, tmp_path: Path) -> None:
     from benchmarks.bench_trace_probe import main
 
