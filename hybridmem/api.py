@@ -29,17 +29,12 @@ if TYPE_CHECKING:
 DEFAULT_MODEL = "falcon-h1-7b"
 
 
-def model_units(model: str = DEFAULT_MODEL, org: str | None = None) -> Units:
-    """The allocation units of ``model``; with ``org`` at that organization's own grid (D0's
-    16-token unit, S0-S2 the shared grid), as the simulator and serving build them."""
+def model_units(model: str = DEFAULT_MODEL) -> Units:
+    """The allocation units of ``model`` (bytes per layer) at the grid it is served on; D0's
+    16-token unit and checkpoint interval are fields of the same units."""
     from hybridmem.cli import models
-    from hybridmem.units import derive_units, org_grid_tokens
 
-    geo = models.geometry(model)
-    grid = models.grid_tokens(model)
-    if org is not None and org != "D0":
-        grid = org_grid_tokens(org) if grid is None else org_grid_tokens(org, grid)
-    return derive_units(geo) if grid is None else derive_units(geo, grid)
+    return models.units(model)
 
 
 def plan(model: str = DEFAULT_MODEL, budget: str | None = None, *, total: str | None = None,
@@ -66,7 +61,7 @@ def organization(name: str, model: str = DEFAULT_MODEL, budget: str = "b63", *,
     from hybridmem.memory.layouts import make_organization
 
     p = plan(model, budget, attention_fraction=attention_fraction)
-    return make_organization(name, model_units(model, name), p, **policy)
+    return make_organization(name, model_units(model), p, **policy)
 
 
 def trace_events(run: str) -> pa.Table:

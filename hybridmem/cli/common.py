@@ -10,7 +10,7 @@ from typing import Any
 
 from hybridmem.cli import models
 from hybridmem.geometry import Geometry
-from hybridmem.units import Units, derive_units
+from hybridmem.units import Units
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
@@ -22,9 +22,8 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
 
 
 def model_units(args: argparse.Namespace) -> tuple[Geometry, Units]:
-    geo = models.geometry(args.model, ssm_dtype=args.ssm_dtype)
-    grid = models.grid_tokens(args.model)
-    return geo, derive_units(geo) if grid is None else derive_units(geo, grid)
+    units = models.units(args.model, ssm_dtype=args.ssm_dtype)
+    return units.geometry, units
 
 
 TOTAL_HELP = ("whole-cache bytes, all layers together, e.g. 12GiB (as vLLM's "

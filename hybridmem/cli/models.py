@@ -30,10 +30,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from hybridmem.errors import HybridMemError
 from hybridmem.geometry import SHIPPED, Geometry, geometry_from_config, load_geometry
 from hybridmem.inputs import read_input_text
+
+if TYPE_CHECKING:
+    from hybridmem.units import Units
 
 TINY = "tiny"
 DEFAULT_ORG = "S2"
@@ -94,6 +98,16 @@ def grid_tokens(model: str) -> int | None:
         except ValueError as exc:
             raise HybridMemError(str(exc)) from None
     return None
+
+
+def units(model: str, ssm_dtype: str | None = None) -> Units:
+    """The allocation units of a name or path at the grid it is served on (every command's
+    one derivation; D0's 16-token unit and interval are fields of the same units)."""
+    from hybridmem.units import derive_units
+
+    geo = geometry(model, ssm_dtype=ssm_dtype)
+    grid = grid_tokens(model)
+    return derive_units(geo) if grid is None else derive_units(geo, grid)
 
 
 def served(model: str, command: str) -> str:

@@ -160,10 +160,8 @@ def check_values(args: argparse.Namespace) -> None:
         raise HybridMemError("--total and --kv-blocks both size the cache; give one")
     if (args.org != "vllm" and args.budget is not None) or args.total is not None:
         from hybridmem.budget import parse_budget, parse_total, plan_budget
-        from hybridmem.units import derive_units
 
-        geo, grid = models.geometry(args.model), models.grid_tokens(args.model)
-        units = derive_units(geo) if grid is None else derive_units(geo, grid)
+        units = models.units(args.model)
         if args.total is None:
             parse_budget(args.budget, units)
             return
