@@ -69,6 +69,13 @@ def pool_sizes(meta: Mapping[str, Any]) -> dict[str, int]:
                          "(capacity or num_blocks), so occupancy cannot be read")
 
 
+def successful_only(meta: Mapping[str, Any]) -> bool:
+    """Whether only successful allocations give a pool's state: an organization's refused
+    admission records a net figure (available minus what its hit would take); vLLM's stock
+    manager records the pool as it is on every attempt."""
+    return meta.get("organization") != "vllm"
+
+
 def pool_label(meta: Mapping[str, Any], kind: str) -> str:
     if kind in _D0_POOLS:
         return _D0_POOLS[kind][1]
@@ -82,7 +89,7 @@ def occupancy(table: Any, meta: Mapping[str, Any]) -> list[PoolSeries]:
 
     sizes = pool_sizes(meta)
     rows = table.filter(pc.equal(table.column("kind"), "allocation"))
-    if meta.get("organization") != "vllm":
+    if successful_only(meta):
         rows = rows.filter(pc.equal(rows.column("outcome"), "ok"))
     cols = {c: rows.column(c).to_pylist() for c in ("seq", "step", "ts_ns", "state_kind", "free")}
     out = []

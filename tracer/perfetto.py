@@ -45,7 +45,7 @@ import os
 from typing import IO, Any
 
 from hybridmem.outputs import atomic_output, check_output
-from tracer.occupancy import OccupancyError, pool_label, pool_sizes
+from tracer.occupancy import OccupancyError, pool_label, pool_sizes, successful_only
 from tracer.reader import TraceReader
 from tracer.verdict import Verdict
 
@@ -85,7 +85,7 @@ class Timeline:
         except OccupancyError as exc:
             self.pools, self.counters = {}, f"none: {exc}"
         self.labels = {k: pool_label(meta, k) for k in self.pools}
-        self.ok_only = meta.get("organization") != "vllm"  # tracer.occupancy's rule
+        self.ok_only = successful_only(meta)
         self.publisher: dict[tuple[str, int], str] = {}  # (state kind, key) -> request
         self.flows = 0
 
