@@ -41,16 +41,14 @@ def plan(model: str = DEFAULT_MODEL, budget: str | None = None, *, total: str | 
          attention_fraction: float | None = None) -> Plan:
     """The budget plan (pages of S0-S2, D0's two pools) of ``hybridmem plan``; exactly one of
     ``budget`` (a label such as ``"b63"``) and ``total`` (a size such as ``"12GiB"``)."""
-    from hybridmem.budget import parse_budget, parse_total, plan_budget, plan_total
+    from hybridmem.budget import TOTAL_PREFIX, parse_budget, plan_budget
     from hybridmem.errors import HybridMemError
 
     if (budget is None) == (total is None):
         raise HybridMemError("give exactly one of budget (e.g. 'b63') and total (e.g. '12GiB')")
     u = model_units(model)
-    if total is not None:
-        return plan_total(u, parse_total(total, u), attention_fraction).check_holds()
-    assert budget is not None
-    return plan_budget(u, parse_budget(budget, u), attention_fraction).check_holds()
+    text = budget if total is None else TOTAL_PREFIX + total  # parse_budget reads a total's label
+    return plan_budget(u, parse_budget(str(text), u), attention_fraction).check_holds()
 
 
 def organization(name: str, model: str = DEFAULT_MODEL, budget: str = "b63", *,

@@ -64,3 +64,12 @@ def test_open_lineage_one_run_and_several(sim_traces: dict[str, str]) -> None:
     rows = dict(both.sql("SELECT organization, count(*) FROM events GROUP BY 1").fetchall())
     assert rows["S2"] == n_events and set(rows) == {"S2", "D0"}
     assert rows["D0"] != rows["S2"]  # control: the runs are told apart, not duplicated
+
+
+def test_a_total_is_planned_as_plan_total_plans_it() -> None:
+    from hybridmem.budget import parse_total, plan_total
+
+    u = hybridmem.model_units("falcon-h1-7b")
+    want = plan_total(u, parse_total("12GiB", u), 0.5)
+    assert hybridmem.plan("falcon-h1-7b", total="12GiB", attention_fraction=0.5) == want
+    assert hybridmem.plan("falcon-h1-7b", total="8GiB", attention_fraction=0.5) != want  # control
